@@ -1,0 +1,259 @@
+"""The one door to the file system for every mutation embedlog makes.
+
+Every write, truncate, fsync, directory fsync, rename, unlink and mkdir goes through the active
+:class:`FileSystem` backend, so that a test can swap in a recording backend, capture the exact
+sequence of mutations and replay the states a power loss could leave behind. Reads (``os.pread``,
+``mmap``) are not routed through here: they never change what is on disk.
+
+Rules kept by callers (checked by the crash explorer in ``tests/``):
+
+* a file's data is durable only after :func:`fsync` of that file returns;
+* a created, renamed or unlinked name is durable only after :func:`fsync_dir` of its parent;
+* small metadata files are replaced whole with :func:`write_atomic` (tmp, fsync, rename, dir fsync).
+
+Files are created ``0o640`` and directories ``0o750`` (the umask may only narrow this), and files
+are opened with ``O_NOFOLLOW`` so a symlink planted in the log directory is never written through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as _errno
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import StorageError
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "SAFETY",
+    "FileSystem",
+    "Safety",
+    "backend",
+    "close",
+    "fsync",
+    "fsync_dir",
+    "mark",
+    "mkdir",
+    "open_file",
+    "pwrite",
+    "rename",
+    "rmdir",
+    "truncate",
+    "unlink",
+    "use_backend",
+    "write",
+    "write_atomic",
+]
+
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass
+class Safety:
+    """Durability steps that tests may switch off one at a time to prove the crash checker
+    notices (mutation testing of the harness). Production code never changes these."""
+
+    dir_fsync: bool = True
+    fsync_before_rename: bool = True
+    fsync_before_ack: bool = True
+    verify_crc: bool = True
+    truncate_torn_tail: bool = True
+    atomic_checkpoint: bool = True
+
+
+SAFETY = Safety()
+
+
+def _storage_error(exc: OSError, what: str, path: str | None) -> StorageError:
+    err = StorageError(exc.errno or _errno.EIO, f"{what} failed: {exc.strerror or exc}", path)
+    err.__cause__ = exc
+    return err
+
+
+class FileSystem:
+    """The production backend: plain ``os`` calls, with ``OSError`` mapped to
+    :class:`~embedlog.errors.StorageError`. Subclasses record or fail calls in tests."""
+
+    def open(self, path: str, flags: int, mode: int = FILE_MODE) -> int:
+        try:
+            return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+        except OSError as exc:
+            raise _storage_error(exc, "open", path) from exc
+
+    def close(self, fd: int) -> None:
+        try:
+            os.close(fd)
+        except OSError as exc:
+            raise _storage_error(exc, "close", None) from exc
+
+    def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        except OSError as exc:
+            raise _storage_error(exc, "write", None) from exc
+
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.pwrite(fd, view, offset)
+                view = view[n:]
+                offset += n
+        except OSError as exc:
+            raise _storage_error(exc, "pwrite", None) from exc
+
+    def truncate(self, fd: int, size: int) -> None:
+        try:
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            raise _storage_error(exc, "truncate", None) from exc
+
+    def fsync(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise _storage_error(exc, "fsync", None) from exc
+
+    def fsync_dir(self, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        except OSError as exc:
+            raise _storage_error(exc, "open directory", path) from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise _storage_error(exc, "fsync directory", path) from exc
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            os.replace(src, dst)
+        except OSError as exc:
+            raise _storage_error(exc, "rename", src) from exc
+
+    def unlink(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _storage_error(exc, "unlink", path) from exc
+
+    def mkdir(self, path: str, mode: int = DIR_MODE) -> None:
+        try:
+            os.mkdir(path, mode)
+        except OSError as exc:
+            raise _storage_error(exc, "mkdir", path) from exc
+
+    def rmdir(self, path: str) -> None:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _storage_error(exc, "rmdir", path) from exc
+
+    def mark(self, kind: str, **info: Any) -> None:
+        """An annotation for recording backends (``ack``, ``intent_retain``...); a no-op here."""
+
+
+_backend: FileSystem = FileSystem()
+
+
+def backend() -> FileSystem:
+    """The backend in force."""
+    return _backend
+
+
+@contextlib.contextmanager
+def use_backend(fs: FileSystem) -> Iterator[FileSystem]:
+    """Route every mutation through ``fs`` inside the ``with`` block (tests only)."""
+    global _backend
+    previous, _backend = _backend, fs
+    try:
+        yield fs
+    finally:
+        _backend = previous
+
+
+def open_file(path: str, flags: int, mode: int = FILE_MODE) -> int:
+    return _backend.open(path, flags, mode)
+
+
+def close(fd: int) -> None:
+    _backend.close(fd)
+
+
+def write(fd: int, data: bytes | bytearray | memoryview) -> None:
+    _backend.write(fd, data)
+
+
+def pwrite(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    _backend.pwrite(fd, data, offset)
+
+
+def truncate(fd: int, size: int) -> None:
+    _backend.truncate(fd, size)
+
+
+def fsync(fd: int) -> None:
+    _backend.fsync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    if SAFETY.dir_fsync:
+        _backend.fsync_dir(path)
+
+
+def rename(src: str, dst: str) -> None:
+    _backend.rename(src, dst)
+
+
+def unlink(path: str) -> None:
+    _backend.unlink(path)
+
+
+def mkdir(path: str, mode: int = DIR_MODE) -> None:
+    _backend.mkdir(path, mode)
+
+
+def rmdir(path: str) -> None:
+    _backend.rmdir(path)
+
+
+def mark(kind: str, **info: Any) -> None:
+    _backend.mark(kind, **info)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, never a mix:
+    write ``path.tmp``, fsync it, rename over ``path``, fsync the parent directory."""
+    if not SAFETY.atomic_checkpoint:
+        fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            write(fd, data)
+            fsync(fd)
+        finally:
+            close(fd)
+        return
+    tmp = path + ".tmp"
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        write(fd, data)
+        if SAFETY.fsync_before_rename:
+            fsync(fd)
+    finally:
+        close(fd)
+    rename(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")

@@ -1,0 +1,132 @@
+"""Topic configuration under Kafka's topic config names, with Kafka's defaults.
+
+A :class:`TopicConfig` is built from a mapping of Kafka names (``{"segment.bytes": 16384}``);
+unknown names and out-of-range values raise :class:`~embedlog.errors.InvalidConfigError`.
+The config is persisted in the log directory's ``embedlog.json`` and restored on open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidConfigError
+
+__all__ = ["CLEANUP_POLICIES", "COMPRESSION_TYPES", "TopicConfig"]
+
+LONG_MAX = 2**63 - 1
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def _kafka(name: str, minimum: int | float | None = None, **kw: Any) -> Any:
+    return field(metadata={"kafka": name, "min": minimum}, **kw)
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Per-topic settings. Each field names its Kafka config and default."""
+
+    segment_bytes: int = _kafka("segment.bytes", 14, default=1024**3)
+    """Roll to a new segment before a batch would make the active one exceed this (1 GiB)."""
+    segment_ms: int = _kafka("segment.ms", 1, default=7 * 24 * 3600 * 1000)
+    """Roll when the active segment's records span more than this many ms (7 days)."""
+    retention_ms: int = _kafka("retention.ms", -1, default=7 * 24 * 3600 * 1000)
+    """Delete closed segments whose newest record is older than this (7 days); -1 = keep."""
+    retention_bytes: int = _kafka("retention.bytes", -1, default=-1)
+    """Delete oldest closed segments while the partition is larger than this; -1 = no limit."""
+    cleanup_policy: str = _kafka("cleanup.policy", default="delete")
+    """``delete``, ``compact`` or ``compact,delete``."""
+    index_interval_bytes: int = _kafka("index.interval.bytes", 0, default=4096)
+    """Bytes appended between two sparse index entries (4 KiB)."""
+    segment_index_bytes: int = _kafka("segment.index.bytes", 12, default=10 * 1024 * 1024)
+    """Preallocated size of each index file (10 MiB)."""
+    max_message_bytes: int = _kafka("max.message.bytes", 64, default=1048588)
+    """Largest record batch accepted (1 MiB + 12 bytes)."""
+    message_timestamp_type: str = _kafka("message.timestamp.type", default="CreateTime")
+    """``CreateTime`` (the producer's) or ``LogAppendTime`` (stamped on append)."""
+    compression_type: str = _kafka("compression.type", default="producer")
+    """``producer`` keeps the caller's codec; otherwise every batch uses this codec."""
+    min_cleanable_dirty_ratio: float = _kafka("min.cleanable.dirty.ratio", 0.0, default=0.5)
+    """Compact when dirty bytes / total bytes exceed this."""
+    min_compaction_lag_ms: int = _kafka("min.compaction.lag.ms", 0, default=0)
+    """Records younger than this are not compacted."""
+    max_compaction_lag_ms: int = _kafka("max.compaction.lag.ms", 1, default=LONG_MAX)
+    """Records older than this make the partition eligible for compaction whatever its ratio."""
+    delete_retention_ms: int = _kafka("delete.retention.ms", 0, default=24 * 3600 * 1000)
+    """How long tombstones survive after compaction reached them (1 day)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            name, minimum = f.metadata["kafka"], f.metadata["min"]
+            if minimum is not None and value < minimum:
+                raise InvalidConfigError(f"{name} must be >= {minimum}, got {value}")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise InvalidConfigError(
+                f"cleanup.policy must be one of {', '.join(CLEANUP_POLICIES)}; "
+                f"got {self.cleanup_policy!r}"
+            )
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise InvalidConfigError(
+                f"compression.type must be one of {', '.join(COMPRESSION_TYPES)}; "
+                f"got {self.compression_type!r}"
+            )
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise InvalidConfigError(
+                "message.timestamp.type must be CreateTime or LogAppendTime; "
+                f"got {self.message_timestamp_type!r}"
+            )
+        if self.min_cleanable_dirty_ratio > 1:
+            raise InvalidConfigError("min.cleanable.dirty.ratio must be <= 1")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @classmethod
+    def from_kafka(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
+        """Build from Kafka config names; values may be strings (as on a command line)."""
+        by_name = {f.metadata["kafka"]: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, raw in (values or {}).items():
+            f = by_name.get(key)
+            if f is None:
+                raise InvalidConfigError(
+                    f"unknown topic config {key!r}; known: {', '.join(sorted(by_name))}"
+                )
+            kwargs[f.name] = _coerce(key, f.type, raw)
+        return cls(**kwargs)
+
+    def to_kafka(self) -> dict[str, Any]:
+        """Every setting under its Kafka name."""
+        return {f.metadata["kafka"]: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def merged(self, values: Mapping[str, Any]) -> TopicConfig:
+        """A copy with some Kafka-named settings changed."""
+        merged = self.to_kafka()
+        merged.update(values)
+        return TopicConfig.from_kafka(merged)
+
+
+def _coerce(key: str, type_name: Any, raw: Any) -> Any:
+    kind = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", "")
+    try:
+        if kind == "int":
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key} must be a {kind}, got {raw!r}") from None
+    if not isinstance(raw, str):
+        raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
+    return raw.replace(" ", "")

@@ -1,0 +1,131 @@
+"""The exception hierarchy: every error embedlog raises on purpose is an :class:`EmbedlogError`.
+
+Two branches, so callers can tell misuse from damage:
+
+* :class:`UsageError` -- the caller asked for something impossible (unknown topic, offset out of
+  range, closed or read-only log, a second writer, a bad name or config value).
+* :class:`CorruptionError` -- bytes on disk or handed to a decoder are not valid. Messages carry
+  the file path and byte position when they are known.
+
+:class:`StorageError` wraps an operating-system failure (EIO, ENOSPC, a failed fsync); after one
+the log refuses further writes until it is reopened, because Linux may already have dropped the
+dirty pages that a retried fsync would claim to have written.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptBatchError",
+    "CorruptCheckpointError",
+    "CorruptIndexError",
+    "CorruptionError",
+    "EmbedlogError",
+    "GroupError",
+    "InvalidConfigError",
+    "InvalidTopicError",
+    "LogClosedError",
+    "LogPoisonedError",
+    "OffsetOutOfRangeError",
+    "ReadOnlyError",
+    "RecordTooLargeError",
+    "StorageError",
+    "TopicExistsError",
+    "UnknownTopicError",
+    "UnsupportedFormatError",
+    "UsageError",
+    "WriterLockedError",
+]
+
+
+class EmbedlogError(Exception):
+    """Base class of every error embedlog raises deliberately."""
+
+
+class UsageError(EmbedlogError):
+    """The request cannot be served as asked; nothing on disk is wrong."""
+
+
+class InvalidTopicError(UsageError, ValueError):
+    """A topic name breaks Kafka's rule: ``[a-zA-Z0-9._-]{1,249}``, not ``.`` or ``..``."""
+
+
+class InvalidConfigError(UsageError, ValueError):
+    """A configuration key is unknown or its value is out of range."""
+
+
+class UnknownTopicError(UsageError, KeyError):
+    """The topic (or partition) does not exist in this log directory."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicExistsError(UsageError):
+    """``create_topic`` was called for a topic that already exists."""
+
+
+class OffsetOutOfRangeError(UsageError, IndexError):
+    """An offset below the log start offset or above the log end offset."""
+
+
+class LogClosedError(UsageError):
+    """The :class:`~embedlog.Log` (or a producer/consumer on it) was closed."""
+
+
+class ReadOnlyError(UsageError):
+    """A write was attempted through a log opened with ``read_only=True``."""
+
+
+class WriterLockedError(UsageError):
+    """Another process (or another open in this one) holds the log's writer lock."""
+
+
+class RecordTooLargeError(UsageError, ValueError):
+    """A batch would exceed the topic's ``max.message.bytes``."""
+
+
+class GroupError(UsageError):
+    """A consumer-group operation is not allowed (e.g. committing a partition not assigned)."""
+
+
+class LogPoisonedError(UsageError):
+    """An earlier I/O error left the log in an unknown state; close and reopen it."""
+
+
+class StorageError(EmbedlogError, OSError):
+    """The operating system failed a file operation (EIO, ENOSPC, failed fsync...)."""
+
+
+class CorruptionError(EmbedlogError):
+    """Stored or supplied bytes are invalid.
+
+    Attributes:
+        path: the file the bytes came from, if known.
+        position: byte position of the problem inside that file, if known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, position: int | None = None):
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if position is not None:
+            where.append(f"byte {position}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.path = path
+        self.position = position
+
+
+class CorruptBatchError(CorruptionError):
+    """A record batch fails validation: length, magic, CRC-32C, varints, codec or record layout."""
+
+
+class UnsupportedFormatError(CorruptBatchError):
+    """A batch in a format embedlog does not read (message format v0/v1, unknown codec)."""
+
+
+class CorruptIndexError(CorruptionError):
+    """An ``.index`` / ``.timeindex`` file is inconsistent; indexes are rebuilt from the log."""
+
+
+class CorruptCheckpointError(CorruptionError):
+    """A checkpoint or metadata file cannot be parsed."""

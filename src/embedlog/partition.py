@@ -1,0 +1,576 @@
+"""A partition: an ordered run of segments in ``<topic>-<partition>/``.
+
+Invariants:
+
+* segment base offsets strictly increase; every offset in a segment is below the next segment's
+  base; only the last segment (the *active* one) is ever appended to;
+* ``start_offset`` (the log start) is >= the first segment's base and only moves forward; it is
+  persisted (``log-start-offset-checkpoint``) *before* the segments below it are unlinked, so a
+  crash can never leave a hole;
+* ``embedlog.segments`` lists the byte size of every sealed segment; on open a sealed segment that
+  is shorter, longer or missing is reported as corruption, because a cut at a batch boundary is
+  invisible to CRCs;
+* in ``fsync`` durability an append returns only after the data is on disk; concurrent appenders
+  share one fsync (group commit).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from . import _io
+from .config import TopicConfig
+from .errors import (
+    CorruptionError,
+    LogPoisonedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from .naming import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    parse_segment_file,
+    segment_path,
+)
+from .records import Record
+from .segment import format as fmt
+from .segment.segment import Segment, SegmentSettings
+
+__all__ = ["Partition", "SegmentInfo"]
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "embedlog.segments"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """A segment as seen by planners (Spark splits, retention reports)."""
+
+    base_offset: int
+    size: int
+    path: str
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Partition:
+    """One partition's segments, with the writer's append path when ``writable``."""
+
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        *,
+        writable: bool,
+        fsync: bool = False,
+        clock: Callable[[], int] = now_ms,
+        on_start_offset: Callable[[Partition], None] | None = None,
+        on_roll: Callable[[Partition], None] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.writable = writable
+        self.fsync_appends = fsync
+        self.clock = clock
+        self._on_start_offset = on_start_offset
+        self._on_roll = on_roll
+        self.settings = SegmentSettings(
+            index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            max_batch_bytes=max(config.max_message_bytes, 64 * 1024 * 1024),
+        )
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.start_offset = 0
+        self.lock = threading.RLock()
+        self._sync_lock = threading.Lock()
+        self._written_seq = 0
+        self._synced_seq = 0
+        self.poisoned: BaseException | None = None
+        self.appended = threading.Condition(self.lock)
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self, *, recovery_point: int | None, start_offset: int, clean: bool) -> None:
+        """Open the segments; as the writer, finish interrupted swaps, validate everything after
+        the recovery point when the last close was not clean, and cut a torn tail."""
+        names = os.listdir(self.directory)
+        if self.writable:
+            names = self._clean_leftovers(names)
+        bases = sorted(
+            parsed[0]
+            for name in names
+            if (parsed := parse_segment_file(name)) and parsed[1] == LOG_SUFFIX and not parsed[2]
+        )
+        if self.writable:
+            self._check_manifest(bases, start_offset)
+        self.segments = [
+            Segment(self.directory, b, self.settings, writable=False, live=not self.writable)
+            for b in bases
+        ]
+        self._bases = list(bases)
+        if self.writable:
+            self._drop_below_start(start_offset)
+            self._recover(recovery_point, clean)
+        first = self._bases[0] if self._bases else start_offset
+        self.start_offset = max(start_offset, first)
+        if not self.segments and self.writable:
+            self._add_segment(self.start_offset)
+
+    def _clean_leftovers(self, names: list[str]) -> list[str]:
+        """Kafka's first loader pass: delete ``.deleted``/``.cleaned`` files and stray ``.tmp``;
+        roll ``.swap`` files forward over the segments they replace."""
+        keep, swaps = [], []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
+                _io.unlink(path)
+            elif name.endswith(SWAP_SUFFIX):
+                swaps.append(name)
+            else:
+                keep.append(name)
+        if swaps:
+            from .compaction.swap import complete_swaps
+
+            keep = complete_swaps(self.directory, keep, swaps)
+        if len(keep) != len(names):
+            _io.fsync_dir(self.directory)
+        return keep
+
+    def _check_manifest(self, bases: list[int], start_offset: int) -> None:
+        sealed = read_manifest(self.directory)
+        present = set(bases)
+        for base, size in sealed.items():
+            if base < start_offset:
+                continue
+            path = segment_path(self.directory, base, LOG_SUFFIX)
+            if base not in present:
+                if bases and base < bases[-1]:
+                    raise CorruptionError(
+                        f"sealed segment {base} is missing: records would be lost", path=path
+                    )
+                continue
+            actual = os.stat(path).st_size
+            if actual != size:
+                raise CorruptionError(
+                    f"sealed segment is {actual} bytes, expected {size}: "
+                    "it was truncated or extended after it was sealed",
+                    path=path,
+                    position=min(actual, size),
+                )
+
+    def _drop_below_start(self, start_offset: int) -> None:
+        """Delete whole segments that lie below the log start offset (an interrupted retention)."""
+        dropped = False
+        while len(self.segments) > 1 and self._bases[1] <= start_offset:
+            self.segments.pop(0).delete()
+            self._bases.pop(0)
+            dropped = True
+        if dropped:
+            _io.fsync_dir(self.directory)
+
+    def _recover(self, recovery_point: int | None, clean: bool) -> None:
+        if not self.segments:
+            return
+        if clean:
+            first = len(self.segments) - 1
+        else:
+            point = recovery_point if recovery_point is not None else 0
+            first = max(0, bisect.bisect_right(self._bases, point) - 1)
+        last = len(self.segments) - 1
+        i = first
+        while i <= last:
+            seg = self.segments[i]
+            seg.close()
+            seg = Segment(self.directory, seg.base_offset, self.settings, writable=True)
+            self.segments[i] = seg
+            seg.open_indexes_for_append()
+            if clean and i == last:
+                seg.load_active_state()
+                break
+            result = seg.recover()
+            if result.truncated_bytes and i < last:
+                log.warning(
+                    "%s: dropping %d unflushed segment(s) after the truncated one",
+                    self.directory,
+                    last - i,
+                )
+                for later in self.segments[i + 1 :]:
+                    later.delete()
+                del self.segments[i + 1 :]
+                del self._bases[i + 1 :]
+                _io.fsync_dir(self.directory)
+                last = i
+            if i < last:
+                seg.seal()
+            i += 1
+        self.segments[-1].flush()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset: the offset the next appended record will get."""
+        if not self.segments:
+            return self.start_offset
+        return max(self.active.next_offset, self.start_offset)
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        with self.lock:
+            return [SegmentInfo(s.base_offset, s.size, s.log_path) for s in self.segments]
+
+    def refresh(self) -> None:
+        """Read-only view: pick up segments created or deleted by the writer and the active
+        segment's new size."""
+        if self.writable:
+            return
+        with self.lock:
+            try:
+                names = os.listdir(self.directory)
+            except FileNotFoundError:
+                names = []
+            bases = sorted(
+                p[0]
+                for n in names
+                if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and not p[2]
+            )
+            if bases != self._bases:
+                old = {s.base_offset: s for s in self.segments}
+                segs = []
+                for b in bases:
+                    seg = old.pop(b, None)
+                    if seg is None:
+                        seg = Segment(self.directory, b, self.settings, writable=False, live=True)
+                    segs.append(seg)
+                for seg in old.values():
+                    seg.close()
+                for seg in segs[:-1]:
+                    seg.live = False
+                self.segments, self._bases = segs, bases
+                if bases:
+                    self.start_offset = max(self.start_offset, bases[0])
+            if self.segments:
+                self.segments[-1].refresh()
+
+    def check_writable(self) -> None:
+        if self.poisoned is not None:
+            raise LogPoisonedError(
+                f"an earlier I/O error ({self.poisoned}) left {self.directory} in an unknown "
+                "state; close and reopen the log to recover it"
+            )
+
+    # ------------------------------------------------------------------ writing
+
+    def append_encoded(self, batch: bytearray) -> fmt.BatchHeader:
+        """Append one encoded v2 batch (base offset 0, CRC valid); assign its offsets in place.
+
+        Returns the batch header as stored. Durable on return in fsync mode.
+        """
+        if len(batch) > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"record batch of {len(batch)} bytes exceeds max.message.bytes="
+                f"{self.config.max_message_bytes} of topic {self.topic!r}"
+            )
+        with self.lock:
+            self.check_writable()
+            base = self.end_offset
+            fmt.set_base_offset(batch, base)
+            header = fmt.parse_header(batch, 0)
+            try:
+                if self.active.should_roll(
+                    len(batch),
+                    header.last_offset,
+                    header.max_timestamp,
+                    self.config.segment_ms,
+                    self.config.segment_bytes,
+                ):
+                    self._roll(base)
+                self.active.append(batch, header)
+            except StorageError as exc:
+                self.poisoned = exc
+                raise
+            self._written_seq += 1
+            seq = self._written_seq
+            self.appended.notify_all()
+        if self.fsync_appends:
+            self.sync(seq)
+        return header
+
+    def sync(self, seq: int | None = None) -> None:
+        """Make every append up to ``seq`` (default: all so far) durable; one fsync serves every
+        appender waiting behind it (group commit)."""
+        target = self._written_seq if seq is None else seq
+        if self._synced_seq >= target:
+            return
+        if not _io.SAFETY.fsync_before_ack:
+            return
+        with self._sync_lock:
+            if self._synced_seq >= target:
+                return
+            upto = self._written_seq
+            try:
+                self.active.flush()
+            except StorageError as exc:
+                self.poisoned = exc
+                raise
+            self._synced_seq = max(self._synced_seq, upto)
+
+    def _roll(self, new_base: int) -> None:
+        """Seal the active segment (fsync) and start a new one at ``new_base``."""
+        with self._sync_lock:
+            old = self.active
+            if old.size == 0:
+                return
+            old.seal()
+            self._synced_seq = self._written_seq
+        self._add_segment(new_base)
+        write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
+        if self._on_roll is not None:
+            self._on_roll(self)
+
+    def _add_segment(self, base: int) -> None:
+        seg = Segment(self.directory, base, self.settings, writable=True)
+        seg.open_indexes_for_append()
+        seg.load_active_state()
+        self.segments.append(seg)
+        self._bases.append(base)
+        _io.fsync_dir(self.directory)
+
+    def roll(self) -> None:
+        """Seal the active segment now (if it holds anything)."""
+        with self.lock:
+            self.check_writable()
+            if self.active.size:
+                self._roll(self.end_offset)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.check_writable()
+        self.sync()
+
+    def close(self) -> None:
+        with self.lock:
+            if self.writable and self.poisoned is None and self.segments:
+                self.active.flush()
+            for seg in self.segments:
+                try:
+                    seg.close()
+                except StorageError:
+                    if self.poisoned is None:
+                        raise
+            self.segments = []
+            self._bases = []
+
+    # ------------------------------------------------------------------ reading
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def check_range(self, offset: int) -> None:
+        if offset < self.start_offset or offset > self.end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                f"the log holds [{self.start_offset}, {self.end_offset})"
+            )
+
+    def batches(
+        self, start: int, end: int | None = None
+    ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
+        """Data batches whose records fall in ``[start, end)``, each restricted to that range.
+
+        Control batches are skipped (their offsets still count). The segment list is captured
+        once; segments deleted meanwhile keep being readable through their open descriptors.
+        """
+        with self.lock:
+            self.refresh()
+            self.check_range(start)
+            stop = self.end_offset if end is None else min(end, self.end_offset)
+            segs = list(self.segments[self._segment_index(start) :])
+        offset = start
+        for seg in segs:
+            if offset >= stop:
+                return
+            position = seg.find_position(offset)
+            if position is None:
+                continue
+            for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc):
+                if header.base_offset >= stop:
+                    return
+                if header.last_offset < offset or header.is_control or not header.records_count:
+                    continue
+                records = fmt.decode_records(buf, p, header)
+                lo = hi = None
+                if records.offsets[0] < offset:
+                    lo = int(records.offsets.searchsorted(offset))
+                if header.last_offset >= stop:
+                    hi = int(records.offsets.searchsorted(stop))
+                if lo is not None or hi is not None:
+                    records = records.slice(lo or 0, len(records) if hi is None else hi)
+                if len(records):
+                    yield header, records
+            offset = max(offset, seg.next_offset)
+
+    def read(
+        self, start: int, end: int | None = None, max_records: int | None = None
+    ) -> Iterator[Record]:
+        topic, partition = self.topic, self.partition
+        remaining = max_records
+        for header, records in self.batches(start, end):
+            keys, values = records.keys(), records.values()
+            offsets, timestamps = records.offsets.tolist(), records.timestamps.tolist()
+            ttype = header.timestamp_type
+            heads = records.headers
+            n = len(offsets)
+            if remaining is not None:
+                n = min(n, remaining)
+            for i in range(n):
+                yield Record(
+                    topic,
+                    partition,
+                    offsets[i],
+                    timestamps[i],
+                    ttype,
+                    keys[i],
+                    values[i],
+                    heads[i] if heads is not None else (),
+                )
+            if remaining is not None:
+                remaining -= n
+                if remaining <= 0:
+                    return
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""
+        with self.lock:
+            self.refresh()
+            segs = list(self.segments)
+        for seg in segs:
+            if seg.max_timestamp < timestamp and seg is not segs[-1]:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp)
+            if found is not None:
+                return max(found, self.start_offset)
+        return None
+
+    # ------------------------------------------------------------------ deletion
+
+    def delete_records(self, before: int) -> int:
+        """Move the log start offset up to ``before`` (Kafka's DeleteRecords); whole segments
+        below it are deleted. Returns the new log start offset."""
+        with self.lock:
+            self.check_writable()
+            if before > self.end_offset or before < 0:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {before}: {self.topic}-{self.partition} "
+                    f"ends at {self.end_offset}"
+                )
+            if before > self.start_offset:
+                self.start_offset = before
+                self._persist_start()
+                self._delete_leading(lambda seg, nxt: nxt <= self.start_offset)
+            return self.start_offset
+
+    def enforce_retention(self, now: int | None = None) -> int:
+        """Delete closed segments past ``retention.ms`` / ``retention.bytes``; never the active
+        one. Returns the number of segments deleted."""
+        if not self.config.delete:
+            return 0
+        now = self.clock() if now is None else now
+        with self.lock:
+            self.check_writable()
+            total = self.size_bytes()
+            deleted = 0
+            retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+            doomed = 0
+            for seg in self.segments[:-1]:
+                by_time = retention_ms >= 0 and now - _segment_time(seg) > retention_ms
+                by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
+                if not (by_time or by_size):
+                    break
+                total -= seg.size
+                doomed += 1
+            if doomed:
+                new_start = self.segments[doomed].base_offset
+                self.start_offset = max(self.start_offset, new_start)
+                self._persist_start()
+                deleted = self._delete_leading(lambda seg, nxt: nxt <= self.start_offset)
+            return deleted
+
+    def _persist_start(self) -> None:
+        _io.mark("intent_start_offset", topic=self.topic, partition=self.partition,
+                 offset=self.start_offset)
+        if self._on_start_offset is not None:
+            self._on_start_offset(self)
+
+    def _delete_leading(self, doomed: Callable[[Segment, int], bool]) -> int:
+        count = 0
+        while len(self.segments) > 1 and doomed(self.segments[0], self._bases[1]):
+            self.segments.pop(0).delete()
+            self._bases.pop(0)
+            count += 1
+        if count:
+            _io.fsync_dir(self.directory)
+            write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
+        return count
+
+    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
+        """Swap compacted segments in for ``old`` (caller holds the lock and did the renames)."""
+        keep = [s for s in self.segments if s not in old]
+        self.segments = sorted(keep + new, key=lambda s: s.base_offset)
+        self._bases = [s.base_offset for s in self.segments]
+        write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
+
+
+def _segment_time(seg: Segment) -> int:
+    ts = seg.max_timestamp
+    return ts if ts >= 0 else seg.last_modified_ms()
+
+
+def read_manifest(directory: str) -> dict[int, int]:
+    """``{base offset: size}`` of sealed segments, from ``embedlog.segments``."""
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read(16 * 1024 * 1024)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptionError(f"unreadable segment manifest: {exc}", path=path) from exc
+    out: dict[int, int] = {}
+    lines = text.splitlines()
+    if not lines or lines[0] != "embedlog-segments 1":
+        raise CorruptionError("segment manifest has no valid header", path=path)
+    for line in lines[1:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+            raise CorruptionError(f"segment manifest line {line!r} is malformed", path=path)
+        out[int(parts[0])] = int(parts[1])
+    return out
+
+
+def write_manifest(directory: str, sealed: dict[int, int]) -> None:
+    body = "".join(f"{base} {size}\n" for base, size in sorted(sealed.items()))
+    _io.write_atomic(os.path.join(directory, MANIFEST), ("embedlog-segments 1\n" + body).encode())

@@ -1,0 +1,448 @@
+"""One segment: ``<base>.log`` with its sparse ``<base>.index`` and ``<base>.timeindex``.
+
+Invariants:
+
+* the ``.log`` holds v2 record batches back to back from byte 0 to :attr:`Segment.size`; every
+  batch's offsets are >= the base offset, strictly above the previous batch's, and fit in a
+  signed 32-bit delta from the base;
+* the ``.log`` is the only source of truth -- both indexes are caches rebuilt from it by
+  :meth:`Segment.recover` whenever they are missing, suspect, or the segment was not cleanly closed;
+* index entries follow Kafka's rule: an entry is added for a batch appended after more than
+  ``index.interval.bytes`` bytes since the previous entry; it maps the batch's *last* offset to the
+  batch's *start* position (time index: the segment's max timestamp so far to its offset);
+* a segment knows nothing about topics, partitions or its neighbours.
+
+Only the active segment of the writer is ever written; sealed segments are read-only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .. import _io
+from ..errors import CorruptBatchError, CorruptIndexError
+from ..index import OffsetIndex, TimeIndex
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
+from . import format as fmt
+
+__all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+READ_CHUNK = 1 << 20  # bytes read per pread while scanning batches
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSettings:
+    """The topic settings a segment needs."""
+
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    max_batch_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int
+    error: str | None
+
+
+class Segment:
+    """A base offset's three files. Writable only while it is the writer's active segment."""
+
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        settings: SegmentSettings,
+        *,
+        writable: bool,
+        live: bool = False,
+    ) -> None:
+        """Open the segment (the ``.log`` must exist unless ``writable``).
+
+        ``live`` marks the last segment of a partition opened read-only while another process
+        may be writing it: its size is re-read on :meth:`refresh` and its indexes are read with
+        ``pread`` copies instead of mappings (a writer may trim them; a mapping would SIGBUS).
+        """
+        self.directory = directory
+        self.base_offset = base_offset
+        self.settings = settings
+        self.writable = writable
+        self.live = live
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
+        self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX)
+        self._wfd: int | None = None
+        self._rfd: int | None = None
+        self._index: OffsetIndex | None = None
+        self._timeindex: TimeIndex | None = None
+        self._index_size_seen = -1
+        self._next_offset: int | None = None
+        self._max_timestamp: int | None = None
+        self._offset_of_max_timestamp = base_offset
+        self._first_batch_timestamp: int | None = None
+        self._bytes_since_index = 0
+        if writable:
+            self._wfd = _io.open_file(self.log_path, os.O_WRONLY | os.O_CREAT)
+        try:
+            self._rfd = os.open(self.log_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            self._rfd = None
+        self.size = os.fstat(self._rfd).st_size if self._rfd is not None else 0
+
+    # ------------------------------------------------------------------ reading
+
+    def pread(self, position: int, length: int) -> bytes:
+        if self._rfd is None:
+            return b""
+        return os.pread(self._rfd, length, position)
+
+    def refresh(self) -> None:
+        """Re-read the file size (read-only view of a segment another process appends to)."""
+        if self._rfd is not None and not self.writable:
+            size = os.fstat(self._rfd).st_size
+            if size != self.size:
+                self.size = size
+                self._next_offset = None
+
+    def batches(
+        self, position: int = 0, end: int | None = None, *, verify: bool = True
+    ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
+        """Yield ``(buffer, position in buffer, header)`` for each batch from byte ``position``.
+
+        Stops quietly at an incomplete final batch (not yet written, or a torn tail that
+        recovery will cut); raises :class:`CorruptBatchError` with the file position at the first
+        invalid batch.
+        """
+        limit = self.size if end is None else min(end, self.size)
+        max_batch = self.settings.max_batch_bytes
+        while position < limit:
+            buf = self.pread(position, min(READ_CHUNK, limit - position))
+            p = 0
+            while (header := self._next(buf, p, position, verify, max_batch)) is not None:
+                yield buf, p, header
+                p += header.size
+            if p == 0:
+                # The batch at `position` is larger than the chunk: read it whole, unless it is
+                # an incomplete tail.
+                if len(buf) < 12:
+                    return
+                total = 12 + int.from_bytes(buf[8:12], "big", signed=True)
+                if total <= len(buf) or total > limit - position:
+                    return
+                buf = self.pread(position, total)
+                header = self._next(buf, 0, position, verify, max_batch)
+                if header is None:
+                    return
+                yield buf, 0, header
+                p = header.size
+            position += p
+
+    def _next(
+        self, buf: bytes, p: int, base: int, verify: bool, max_batch: int
+    ) -> fmt.BatchHeader | None:
+        try:
+            return fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
+        except CorruptBatchError as exc:
+            raise CorruptBatchError(
+                f"invalid record batch: {exc}", path=self.log_path, position=base + p
+            ) from exc
+
+    def _offset_index(self) -> OffsetIndex | None:
+        if self.writable:
+            return self._index
+        if self.live:
+            # pread copies of a file the writer may trim; reload when it grew.
+            try:
+                size = os.stat(self.index_path).st_size
+            except FileNotFoundError:
+                return None
+            if self._index is None or size != self._index_size_seen:
+                if self._index is not None:
+                    self._index.close()
+                self._index = OffsetIndex(
+                    self.index_path, self.base_offset, writable=False, copy=True
+                )
+                self._index_size_seen = size
+            return self._index
+        if self._index is None:
+            if not os.path.exists(self.index_path):
+                return None
+            self._index = OffsetIndex(self.index_path, self.base_offset, writable=False)
+            try:
+                self._index.sanity_check(self.size)
+            except CorruptIndexError:
+                log.warning("ignoring inconsistent index %s; scanning the log", self.index_path)
+                self._index.close()
+                self._index = None
+        return self._index
+
+    def _time_index(self) -> TimeIndex | None:
+        if self._timeindex is None and not self.writable:
+            if not os.path.exists(self.timeindex_path):
+                return None
+            self._timeindex = TimeIndex(
+                self.timeindex_path, self.base_offset, writable=False, copy=self.live
+            )
+        return self._timeindex
+
+    def find_position(self, offset: int) -> int | None:
+        """Byte position of the first batch whose last offset is >= ``offset``; ``None`` if the
+        segment has no such batch."""
+        start = 0
+        index = self._offset_index()
+        if index is not None:
+            _, start = index.lookup(offset)
+            if start >= self.size:
+                start = 0
+        position = start
+        while position + fmt.HEADER_SIZE <= self.size:
+            head = self.pread(position, fmt.HEADER_SIZE)
+            try:
+                header = fmt.parse_header(head, 0)
+            except CorruptBatchError as exc:
+                raise CorruptBatchError(
+                    f"invalid record batch: {exc}", path=self.log_path, position=position
+                ) from exc
+            if position + header.size > self.size:
+                return None
+            if header.last_offset >= offset:
+                return position
+            position += header.size
+        return None
+
+    def find_offset_by_timestamp(self, timestamp: int) -> int | None:
+        """The first offset in this segment whose record timestamp is >= ``timestamp``."""
+        position = 0
+        tindex = self._time_index() if not self.writable else self._timeindex
+        if tindex is not None and len(tindex):
+            candidate = tindex.lookup(timestamp)
+            found = self.find_position(candidate)
+            position = found if found is not None else 0
+        for buf, p, header in self.batches(position):
+            if header.is_control or header.max_timestamp < timestamp:
+                continue
+            records = fmt.decode_records(buf, p, header)
+            hits = (records.timestamps >= timestamp).nonzero()[0]
+            if len(hits):
+                return int(records.offsets[hits[0]])
+        return None
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset of the last complete batch (the base if empty)."""
+        if self._next_offset is None:
+            self._next_offset = self._scan_tail()
+        return self._next_offset
+
+    def _scan_tail(self) -> int:
+        index = self._offset_index()
+        start, nxt = 0, self.base_offset
+        if index is not None and len(index):
+            last_offset, start = index.lookup(2**63 - 1)
+            nxt = last_offset + 1
+        for _, _, header in self.batches(start, verify=False):
+            nxt = header.next_offset
+        return nxt
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp in the segment (-1 if none): the time index's last entry,
+        as Kafka keeps it, else a scan."""
+        if self._max_timestamp is None:
+            tindex = self._time_index()
+            ts = -1
+            if tindex is not None and len(tindex):
+                ts = tindex.last_entry()[0]
+            if ts < 0:
+                for _, _, header in self.batches(0, verify=False):
+                    ts = max(ts, header.max_timestamp)
+            self._max_timestamp = ts
+        return self._max_timestamp
+
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    # ------------------------------------------------------------------ writing
+
+    def open_indexes_for_append(self) -> None:
+        """Open both indexes writable (active segment), preallocated to segment.index.bytes."""
+        self._index = OffsetIndex(
+            self.index_path,
+            self.base_offset,
+            writable=True,
+            max_bytes=self.settings.segment_index_bytes,
+        )
+        self._timeindex = TimeIndex(
+            self.timeindex_path,
+            self.base_offset,
+            writable=True,
+            max_bytes=self.settings.segment_index_bytes,
+        )
+
+    def load_active_state(self) -> None:
+        """After a clean open: the end offset, the max timestamp and the roll timestamp, from the
+        indexes plus a walk of the batches after the last index entry."""
+        assert self._index is not None and self._timeindex is not None
+        self._max_timestamp, self._offset_of_max_timestamp = self._timeindex.last_entry()
+        if self.size >= fmt.HEADER_SIZE:
+            self._first_batch_timestamp = fmt.parse_header(
+                self.pread(0, fmt.HEADER_SIZE)
+            ).max_timestamp
+        start, nxt = 0, self.base_offset
+        if len(self._index):
+            _, start = self._index.lookup(2**63 - 1)
+        for _, _, header in self.batches(start, verify=False):
+            if header.max_timestamp > self._max_timestamp:
+                self._max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+            nxt = header.next_offset
+        self._next_offset = nxt
+
+    def recover(self, *, truncate: bool = True) -> RecoveryResult:
+        """Validate every batch from byte 0, rebuild both indexes, and cut the log at the first
+        invalid or incomplete batch (Kafka's ``LogSegment.recover``)."""
+        assert self._index is not None and self._timeindex is not None
+        self._index.reset()
+        self._timeindex.reset()
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        self._first_batch_timestamp = None
+        self._bytes_since_index = 0
+        valid, nxt, error = 0, self.base_offset, None
+        try:
+            for buf, p, header in self.batches(0, verify=_io.SAFETY.verify_crc):
+                if header.base_offset < nxt or header.last_offset - self.base_offset > INT32_MAX:
+                    error = f"batch offsets {header.base_offset}..{header.last_offset} out of order"
+                    break
+                if not header.is_control and header.records_count:
+                    fmt.decode_records(buf, p, header)  # full record-level validation
+                self._index_batch(valid, header)
+                valid += header.size
+                nxt = header.next_offset
+        except CorruptBatchError as exc:
+            error = str(exc)
+        truncated = self.size - valid
+        if truncated and truncate and _io.SAFETY.truncate_torn_tail:
+            log.warning(
+                "truncating %s at byte %d (%d bytes dropped): %s",
+                self.log_path,
+                valid,
+                truncated,
+                error or "incomplete batch",
+            )
+            assert self._wfd is not None
+            _io.truncate(self._wfd, valid)
+            self.size = valid
+        self._next_offset = nxt
+        return RecoveryResult(valid, truncated, nxt, error)
+
+    def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
+        assert self._index is not None and self._timeindex is not None
+        if self._first_batch_timestamp is None:
+            self._first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > (self._max_timestamp if self._max_timestamp is not None else -1):
+            self._max_timestamp = header.max_timestamp
+            self._offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_index > self.settings.index_interval_bytes:
+            if not self._index.is_full:
+                self._index.append(header.last_offset, position)
+            if self._max_timestamp is not None and not self._timeindex.is_full:
+                self._timeindex.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+
+    def append(self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader) -> int:
+        """Write one encoded batch at the end; return its byte position. Not durable until
+        :meth:`flush`."""
+        assert self._wfd is not None, "append to a read-only segment"
+        position = self.size
+        _io.pwrite(self._wfd, batch, position)
+        self.size += len(batch)
+        self._index_batch(position, header)
+        self._next_offset = header.next_offset
+        return position
+
+    def should_roll(self, batch_size: int, last_offset: int, max_timestamp: int, cfg_ms: int,
+                    segment_bytes: int) -> bool:
+        """Kafka's roll rules for the batch about to be appended."""
+        if self.size == 0:
+            return last_offset - self.base_offset > INT32_MAX
+        assert self._index is not None and self._timeindex is not None
+        if self.size > segment_bytes - batch_size:
+            return True
+        first = self._first_batch_timestamp
+        if first is not None and first >= 0 and max_timestamp - first > cfg_ms:
+            return True
+        if self._index.is_full or self._timeindex.is_full:
+            return True
+        return last_offset - self.base_offset > INT32_MAX
+
+    def flush(self) -> None:
+        """fsync the log (and the indexes, so a clean segment needs no rebuild)."""
+        if self._wfd is not None:
+            _io.fsync(self._wfd)
+
+    def seal(self) -> None:
+        """Make this segment read-only: final time-index entry, indexes trimmed and synced,
+        log synced (Kafka's ``onBecomeInactiveSegment``)."""
+        if not self.writable:
+            return
+        assert self._index is not None and self._timeindex is not None
+        if self._max_timestamp is not None and self._max_timestamp >= 0:
+            self._timeindex.maybe_append(
+                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
+            )
+        self._index.trim()
+        self._timeindex.trim()
+        self._index.flush()
+        self._timeindex.flush()
+        self.flush()
+        self._index.close()
+        self._timeindex.close()
+        self._index = self._timeindex = None
+        if self._wfd is not None:
+            _io.close(self._wfd)
+            self._wfd = None
+        self.writable = False
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch whose base offset is >= ``offset`` (writable segment only)."""
+        position = self.find_position(offset)
+        if position is None:
+            return
+        head = fmt.parse_header(self.pread(position, fmt.HEADER_SIZE))
+        if head.base_offset < offset:
+            position += head.size
+        assert self._wfd is not None and self._index is not None and self._timeindex is not None
+        _io.truncate(self._wfd, position)
+        self.size = position
+        self.recover(truncate=False)
+
+    def close(self) -> None:
+        """Release descriptors and mappings (a writable segment is sealed first)."""
+        if self.writable:
+            self.seal()
+        for idx in (self._index, self._timeindex):
+            if idx is not None:
+                idx.close()
+        self._index = self._timeindex = None
+        if self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd = None
+
+    def delete(self) -> None:
+        """Unlink the three files (callers fsync the directory). Open descriptors in other
+        processes keep reading the old inode, which is what makes deletion safe for readers."""
+        self.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            _io.unlink(path)

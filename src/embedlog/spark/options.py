@@ -1,0 +1,483 @@
+"""Parse the reader and writer options, with the names, meanings and precedence of Spark's Kafka
+source (Structured Streaming + Kafka Integration Guide).
+
+Pure Python, no Spark and no file access: :func:`parse_read_options` turns the string options
+Spark hands a data source into a frozen :class:`ReadOptions`; offsets that depend on the log
+(earliest/latest/timestamps) stay symbolic and are resolved by :mod:`embedlog.spark.planning`.
+Every bad value raises :class:`~embedlog.errors.InvalidConfigError` naming the option.
+
+Precedence, as in Kafka: ``startingTimestamp`` > ``startingOffsetsByTimestamp`` >
+``startingOffsets`` and ``endingTimestamp`` > ``endingOffsetsByTimestamp`` > ``endingOffsets``.
+Lower-precedence options are still validated, so a typo never hides.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import InvalidConfigError
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "AllTopics",
+    "Assign",
+    "Earliest",
+    "GlobalTimestamp",
+    "Latest",
+    "OffsetSpec",
+    "PartitionOffsets",
+    "PartitionTimestamps",
+    "ReadOptions",
+    "Subscribe",
+    "SubscribePattern",
+    "TopicSelection",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+]
+
+EARLIEST = -2
+"""In offset JSON, Kafka's marker for "the log start offset"."""
+LATEST = -1
+"""In offset JSON, Kafka's marker for "the log end offset"."""
+
+DEFAULT_BATCH_ROWS = 32_768
+"""Rows per Arrow batch handed to Spark; spark.md measured 16-64k as the sweet spot."""
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+"""Adjacent small segments of one partition are read by one task up to this many bytes."""
+
+# Options of Spark's Kafka source that make no sense without a broker; accepted and ignored so
+# that a Kafka job runs unchanged apart from format and path.
+_IGNORED_PREFIXES = ("kafka.", "fetchoffset.")
+_IGNORED = frozenset({"groupidprefix", "kafkaconsumer.polltimeoutms", "maxtriggerdelay"})
+
+
+# -- topic selection -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllTopics:
+    """No subscribe/subscribePattern/assign option: every topic of the directory."""
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """``subscribe``: a comma-separated list of topic names."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SubscribePattern:
+    """``subscribePattern``: topics whose whole name matches the regex."""
+
+    pattern: str
+
+    def matches(self, topic: str) -> bool:
+        return re.fullmatch(self.pattern, topic) is not None
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``assign``: explicit partitions, JSON ``{"topicA": [0, 1], "topicB": [2]}``."""
+
+    partitions: tuple[tuple[str, int], ...]
+
+
+TopicSelection = AllTopics | Subscribe | SubscribePattern | Assign
+
+
+# -- offset specifications -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Earliest:
+    """``"earliest"``: the log start offset of every partition."""
+
+
+@dataclass(frozen=True)
+class Latest:
+    """``"latest"``: the log end offset of every partition."""
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """Kafka's offset JSON. ``-2`` = earliest, ``-1`` = latest.
+
+    ``offsets`` maps topic -> partition -> offset. The topic ``None`` stands for "the one selected
+    topic", from the short form ``{"0": 23}``.
+    """
+
+    option: str
+    offsets: Mapping[str | None, Mapping[int, int]]
+
+
+@dataclass(frozen=True)
+class GlobalTimestamp:
+    """``startingTimestamp`` / ``endingTimestamp``: one epoch-ms timestamp for all partitions."""
+
+    option: str
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class PartitionTimestamps:
+    """``...OffsetsByTimestamp``: JSON ``{"topicA": {"0": 1000}}`` of epoch-ms timestamps."""
+
+    option: str
+    timestamps: Mapping[str | None, Mapping[int, int]]
+
+
+OffsetSpec = Earliest | Latest | PartitionOffsets | GlobalTimestamp | PartitionTimestamps
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Everything the batch and streaming readers take from ``.option(...)``."""
+
+    path: str
+    selection: TopicSelection = field(default_factory=AllTopics)
+    starting: OffsetSpec = field(default_factory=Earliest)
+    ending: OffsetSpec = field(default_factory=Latest)
+    timestamp_strategy: Literal["error", "latest"] = "error"
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    include_headers: bool = False
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    push_filters: bool = False
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Options of ``df.write.format("embedlog")``."""
+
+    path: str
+    topic: str | None = None
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+_KNOWN_READ = frozenset(
+    {
+        "path",
+        "paths",
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "failondataloss",
+        "minpartitions",
+        "includeheaders",
+        "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "pushfilters",
+        "maxrecordsperbatch",
+        "maxbytesperpartition",
+        "topic",
+    }
+)
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Validate ``options`` (Spark's case-insensitive string map) for a batch or stream read."""
+    opts = _lower(options)
+    _reject_unknown(opts)
+    selection = _selection(opts)
+
+    starting = _offset_spec(
+        opts,
+        timestamp_key="startingTimestamp",
+        by_timestamp_key="startingOffsetsByTimestamp",
+        offsets_key="startingOffsets",
+        default=Latest() if streaming else Earliest(),
+        allow_latest=streaming,
+        allow_earliest=True,
+    )
+    ending_keys = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+    if streaming:
+        for key in ending_keys:
+            if key.lower() in opts:
+                raise InvalidConfigError(f"{key}: not valid in streaming queries (batch only)")
+        ending: OffsetSpec = Latest()
+    else:
+        ending = _offset_spec(
+            opts,
+            timestamp_key="endingTimestamp",
+            by_timestamp_key="endingOffsetsByTimestamp",
+            offsets_key="endingOffsets",
+            default=Latest(),
+            allow_latest=True,
+            allow_earliest=False,
+        )
+
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidConfigError(
+            f"startingOffsetsByTimestampStrategy: expected 'error' or 'latest', got {strategy!r}"
+        )
+    max_rows = _positive_int(opts, "maxOffsetsPerTrigger")
+    min_rows = _positive_int(opts, "minOffsetsPerTrigger")
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise InvalidConfigError(
+            f"minOffsetsPerTrigger ({min_rows}) must not exceed maxOffsetsPerTrigger ({max_rows})"
+        )
+    return ReadOptions(
+        path=_path(opts),
+        selection=selection,
+        starting=starting,
+        ending=ending,
+        timestamp_strategy="latest" if strategy == "latest" else "error",
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        min_partitions=_positive_int(opts, "minPartitions"),
+        include_headers=_bool(opts, "includeHeaders", False),
+        max_offsets_per_trigger=max_rows,
+        min_offsets_per_trigger=min_rows,
+        push_filters=_bool(opts, "pushFilters", False),
+        batch_rows=_positive_int(opts, "maxRecordsPerBatch") or DEFAULT_BATCH_ROWS,
+        max_partition_bytes=(
+            _positive_int(opts, "maxBytesPerPartition") or DEFAULT_MAX_PARTITION_BYTES
+        ),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Validate the options of a write: the log directory and an optional fixed ``topic``."""
+    opts = _lower(options)
+    topic = opts.get("topic")
+    if topic is not None:
+        topic = topic.strip()
+        if not topic:
+            raise InvalidConfigError("topic: must not be empty")
+    return WriteOptions(path=_path(opts), topic=topic)
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _reject_unknown(opts: Mapping[str, str]) -> None:
+    for key in opts:
+        if key in _KNOWN_READ or key in _IGNORED or key.startswith(_IGNORED_PREFIXES):
+            continue
+        raise InvalidConfigError(f"unknown option {key!r} for the embedlog source")
+
+
+def _path(opts: Mapping[str, str]) -> str:
+    path = opts.get("path")
+    if path is None and "paths" in opts:
+        try:
+            paths = json.loads(opts["paths"])
+        except ValueError as exc:
+            raise InvalidConfigError(f"paths: not a JSON list: {opts['paths']!r}") from exc
+        if not isinstance(paths, list) or len(paths) != 1 or not isinstance(paths[0], str):
+            raise InvalidConfigError(
+                "path: the embedlog source reads exactly one log directory, "
+                f"got {opts['paths']}"
+            )
+        path = paths[0]
+    if not path:
+        raise InvalidConfigError(
+            "path: give the log directory, e.g. spark.read.format('embedlog').load('/data/log')"
+        )
+    return path
+
+
+def _selection(opts: Mapping[str, str]) -> TopicSelection:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(given) > 1:
+        raise InvalidConfigError(
+            "subscribe, subscribePattern, assign: give at most one of them, "
+            f"got {', '.join(given)}"
+        )
+    if "subscribe" in opts:
+        topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not topics:
+            raise InvalidConfigError(f"subscribe: no topic names in {opts['subscribe']!r}")
+        return Subscribe(tuple(dict.fromkeys(topics)))
+    if "subscribepattern" in opts:
+        pattern = opts["subscribepattern"].strip()
+        if not pattern:
+            raise InvalidConfigError("subscribePattern: must not be empty")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidConfigError(f"subscribePattern: invalid regex {pattern!r}: {exc}") from exc
+        return SubscribePattern(pattern)
+    if "assign" in opts:
+        return Assign(_assign(opts["assign"]))
+    return AllTopics()
+
+
+def _assign(text: str) -> tuple[tuple[str, int], ...]:
+    data = _json_object("assign", text, '{"topicA": [0, 1], "topicB": [2, 4]}')
+    pairs: list[tuple[str, int]] = []
+    for topic, parts in data.items():
+        if not isinstance(parts, list):
+            raise InvalidConfigError(f"assign: partitions of {topic!r} must be a JSON list")
+        for p in parts:
+            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+                raise InvalidConfigError(f"assign: bad partition {p!r} for topic {topic!r}")
+            pairs.append((topic, p))
+    if not pairs:
+        raise InvalidConfigError("assign: no partitions given")
+    return tuple(dict.fromkeys(pairs))
+
+
+def _offset_spec(
+    opts: Mapping[str, str],
+    *,
+    timestamp_key: str,
+    by_timestamp_key: str,
+    offsets_key: str,
+    default: OffsetSpec,
+    allow_latest: bool,
+    allow_earliest: bool,
+) -> OffsetSpec:
+    """Parse the three options of one end; the most specific present one wins (Kafka's order)."""
+    candidates: list[OffsetSpec] = []
+    if timestamp_key.lower() in opts:
+        raw = opts[timestamp_key.lower()].strip()
+        candidates.append(GlobalTimestamp(timestamp_key, _timestamp(timestamp_key, raw)))
+    if by_timestamp_key.lower() in opts:
+        table = _partition_table(by_timestamp_key, opts[by_timestamp_key.lower()])
+        for topic, parts in table.items():
+            for p, ts in parts.items():
+                if ts < 0:
+                    raise InvalidConfigError(
+                        f"{by_timestamp_key}: timestamp {ts} for {_tp_name(topic, p)} "
+                        "must be >= 0 (epoch milliseconds)"
+                    )
+        candidates.append(PartitionTimestamps(by_timestamp_key, table))
+    if offsets_key.lower() in opts:
+        raw = opts[offsets_key.lower()]
+        candidates.append(_offsets(offsets_key, raw, allow_latest, allow_earliest))
+    return candidates[0] if candidates else default
+
+
+def _offsets(key: str, raw: str, allow_latest: bool, allow_earliest: bool) -> OffsetSpec:
+    word = raw.strip().lower()
+    if word == "earliest":
+        if not allow_earliest:
+            raise InvalidConfigError(f"{key}: 'earliest' is not allowed here; use 'latest' or JSON")
+        return Earliest()
+    if word == "latest":
+        if not allow_latest:
+            raise InvalidConfigError(f"{key}: 'latest' is not allowed for batch queries")
+        return Latest()
+    table = _partition_table(key, raw)
+    for topic, parts in table.items():
+        for p, off in parts.items():
+            where = _tp_name(topic, p)
+            if off == LATEST and not allow_latest:
+                raise InvalidConfigError(
+                    f"{key}: -1 (latest) for {where} is not allowed for batch queries"
+                )
+            if off == EARLIEST and not allow_earliest:
+                raise InvalidConfigError(f"{key}: -2 (earliest) for {where} is not allowed")
+            if off < EARLIEST:
+                raise InvalidConfigError(
+                    f"{key}: bad offset {off} for {where}; use an offset >= 0, "
+                    "-2 (earliest) or -1 (latest)"
+                )
+    return PartitionOffsets(key, table)
+
+
+def _partition_table(key: str, raw: str) -> dict[str | None, dict[int, int]]:
+    """``{"topic": {"0": n}}`` (or the single-topic short form ``{"0": n}``) as ints."""
+    data = _json_object(key, raw, '{"topicA": {"0": 23, "1": -2}}')
+    if data and all(_is_int(v) for v in data.values()):
+        return {None: _partition_numbers(key, None, data)}
+    table: dict[str | None, dict[int, int]] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise InvalidConfigError(
+                f"{key}: value for topic {topic!r} must be an object of partition -> number"
+            )
+        table[topic] = _partition_numbers(key, topic, parts)
+    if not table:
+        raise InvalidConfigError(f"{key}: no partitions given")
+    return table
+
+
+def _partition_numbers(key: str, topic: str | None, parts: dict[str, object]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for p_text, value in parts.items():
+        try:
+            p = int(p_text)
+        except ValueError:
+            raise InvalidConfigError(
+                f"{key}: partition {p_text!r} of topic {topic!r} is not a number"
+            ) from None
+        if p < 0:
+            raise InvalidConfigError(f"{key}: partition {p} of topic {topic!r} is negative")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidConfigError(f"{key}: value for {_tp_name(topic, p)} must be an integer")
+        out[p] = value
+    return out
+
+
+def _json_object(key: str, raw: str, example: str) -> dict[str, object]:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise InvalidConfigError(f"{key}: not valid JSON: {raw!r} (example: {example})") from None
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"{key}: expected a JSON object such as {example}, got {raw!r}")
+    return data
+
+
+def _timestamp(key: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidConfigError(
+            f"{key}: expected epoch milliseconds such as '1700000000000', got {raw!r}"
+        ) from None
+    if value < 0:
+        raise InvalidConfigError(f"{key}: timestamp must be >= 0, got {value}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word not in ("true", "false"):
+        raise InvalidConfigError(f"{key}: expected 'true' or 'false', got {raw!r}")
+    return word == "true"
+
+
+def _positive_int(opts: Mapping[str, str], key: str) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidConfigError(f"{key}: expected a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise InvalidConfigError(f"{key}: expected a positive integer, got {value}")
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tp_name(topic: str | None, partition: int) -> str:
+    return f"{topic}-{partition}" if topic is not None else f"partition {partition}"

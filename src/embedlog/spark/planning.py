@@ -1,0 +1,354 @@
+"""Turn options into offset ranges, and offset ranges into Spark input partitions.
+
+Runs on the driver (in Spark's planner worker) against anything shaped like
+:class:`LogView` -- the read side of :class:`embedlog.Log` -- so the logic is testable with a
+fake. Steps:
+
+1. :func:`select_partitions`: subscribe / subscribePattern / assign / every topic.
+2. :func:`resolve_offsets`: earliest / latest / JSON / timestamps -> concrete offsets.
+3. :func:`offset_ranges`: pair start and end, applying ``failOnDataLoss`` when an offset is
+   outside ``[log start, log end]``.
+4. :func:`split_ranges`: cut each range at segment boundaries (adjacent small segments share a
+   task up to ``maxBytesPerPartition``), then split further when ``minPartitions`` asks for more
+   tasks, proportionally to volume as Kafka's ``KafkaOffsetRangeCalculator`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from ..errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
+from .options import (
+    EARLIEST,
+    LATEST,
+    AllTopics,
+    Assign,
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    OffsetSpec,
+    PartitionOffsets,
+    PartitionTimestamps,
+    Subscribe,
+    SubscribePattern,
+    TopicSelection,
+)
+
+__all__ = [
+    "LogView",
+    "OffsetRange",
+    "SegmentView",
+    "TopicPartition",
+    "offset_ranges",
+    "resolve_offsets",
+    "select_partitions",
+    "split_ranges",
+]
+
+TopicPartition = tuple[str, int]
+
+
+class SegmentView(Protocol):
+    """What planning needs of a segment (``embedlog`` ``SegmentInfo``)."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class LogView(Protocol):
+    """The read-only part of :class:`embedlog.Log` that planning uses."""
+
+    def topics(self) -> list[str]: ...
+
+    def partition_count(self, topic: str) -> int: ...
+
+    def start_offset(self, topic: str, partition: int) -> int: ...
+
+    def end_offset(self, topic: str, partition: int) -> int: ...
+
+    def segments(self, topic: str, partition: int) -> Sequence[SegmentView]: ...
+
+    def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets ``[start, end)`` of one partition, with an estimate of the bytes they occupy."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    size_bytes: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+
+# -- 1. which partitions -----------------------------------------------------------------------
+
+
+def select_partitions(
+    log: LogView, selection: TopicSelection, *, strict: bool = True
+) -> list[TopicPartition]:
+    """The partitions a selection names, sorted by (topic, partition).
+
+    ``strict`` (batch) makes a subscribed topic or assigned partition that does not exist an
+    error; streaming passes ``False`` so that it is picked up once it appears, as Kafka does.
+    """
+    existing = set(log.topics())
+    if isinstance(selection, AllTopics):
+        topics = sorted(existing)
+    elif isinstance(selection, SubscribePattern):
+        topics = sorted(t for t in existing if selection.matches(t))
+    elif isinstance(selection, Subscribe):
+        missing = [t for t in selection.topics if t not in existing]
+        if missing and strict:
+            raise UnknownTopicError(
+                f"subscribe: topic(s) {', '.join(missing)} not found; "
+                f"the log has {', '.join(sorted(existing)) or 'no topics'}"
+            )
+        topics = sorted(t for t in selection.topics if t in existing)
+    else:
+        return _assigned(log, selection, existing, strict)
+    return [(t, p) for t in topics for p in range(log.partition_count(t))]
+
+
+def _assigned(
+    log: LogView, selection: Assign, existing: set[str], strict: bool
+) -> list[TopicPartition]:
+    out: list[TopicPartition] = []
+    for topic, partition in selection.partitions:
+        count = log.partition_count(topic) if topic in existing else 0
+        if partition < count:
+            out.append((topic, partition))
+        elif strict:
+            raise UnknownTopicError(
+                f"assign: {topic}-{partition} does not exist "
+                f"({'topic not found' if topic not in existing else f'{count} partitions'})"
+            )
+    return sorted(out)
+
+
+# -- 2. where to start / stop ------------------------------------------------------------------
+
+
+def resolve_offsets(
+    log: LogView,
+    partitions: Sequence[TopicPartition],
+    spec: OffsetSpec,
+    *,
+    side: Literal["start", "end"],
+    strategy: Literal["error", "latest"] = "error",
+) -> dict[TopicPartition, int]:
+    """Concrete offsets of ``spec`` for every partition.
+
+    JSON specs must name exactly the selected partitions (Kafka's rule). A timestamp with no
+    record at or after it gives the log end for an ending spec; for a starting spec it fails, or
+    gives the log end with ``startingOffsetsByTimestampStrategy=latest``.
+    """
+    if isinstance(spec, Earliest):
+        return {tp: log.start_offset(*tp) for tp in partitions}
+    if isinstance(spec, Latest):
+        return {tp: log.end_offset(*tp) for tp in partitions}
+    if isinstance(spec, GlobalTimestamp):
+        stamps = {tp: spec.timestamp for tp in partitions}
+        return _by_timestamp(log, stamps, spec.option, side, strategy)
+    table = _expand(spec.option, spec.offsets if isinstance(spec, PartitionOffsets)
+                    else spec.timestamps, partitions)
+    if isinstance(spec, PartitionTimestamps):
+        return _by_timestamp(log, table, spec.option, side, strategy)
+    out: dict[TopicPartition, int] = {}
+    for tp, value in table.items():
+        if value == EARLIEST:
+            out[tp] = log.start_offset(*tp)
+        elif value == LATEST:
+            out[tp] = log.end_offset(*tp)
+        else:
+            out[tp] = value
+    return out
+
+
+def _expand(
+    option: str,
+    table: Mapping[str | None, Mapping[int, int]],
+    partitions: Sequence[TopicPartition],
+) -> dict[TopicPartition, int]:
+    """Flatten a JSON table and check it names exactly ``partitions``."""
+    flat: dict[TopicPartition, int] = {}
+    for topic, parts in table.items():
+        if topic is None:
+            topics = sorted({t for t, _ in partitions})
+            if len(topics) != 1:
+                raise InvalidConfigError(
+                    f"{option}: the short form {{\"<partition>\": n}} needs exactly one topic, "
+                    f"but {len(topics)} are selected; key the JSON by topic"
+                )
+            topic = topics[0]
+        for p, value in parts.items():
+            flat[(topic, p)] = value
+    wanted = set(partitions)
+    missing = sorted(wanted - flat.keys())
+    extra = sorted(flat.keys() - wanted)
+    if missing or extra:
+        parts_msg = []
+        if missing:
+            parts_msg.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
+        if extra:
+            parts_msg.append("not selected or not existing " + ", ".join(
+                f"{t}-{p}" for t, p in extra))
+        raise InvalidConfigError(
+            f"{option}: the JSON must list every selected partition (use -2 for earliest, "
+            f"-1 for latest); {'; '.join(parts_msg)}"
+        )
+    return flat
+
+
+def _by_timestamp(
+    log: LogView,
+    stamps: Mapping[TopicPartition, int],
+    option: str,
+    side: Literal["start", "end"],
+    strategy: Literal["error", "latest"],
+) -> dict[TopicPartition, int]:
+    out: dict[TopicPartition, int] = {}
+    for tp, ts in stamps.items():
+        found = log.offsets_for_times(tp[0], tp[1], ts)
+        if found is None:
+            if side == "start" and strategy == "error":
+                raise OffsetOutOfRangeError(
+                    f"{option}: no record in {tp[0]}-{tp[1]} has a timestamp >= {ts}; set "
+                    "startingOffsetsByTimestampStrategy=latest to start at the log end instead"
+                )
+            found = log.end_offset(*tp)
+        out[tp] = found
+    return out
+
+
+# -- 3. ranges ---------------------------------------------------------------------------------
+
+
+def offset_ranges(
+    log: LogView,
+    starts: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+    *,
+    fail_on_data_loss: bool,
+) -> list[OffsetRange]:
+    """Non-empty ``[start, end)`` per partition, checked against the log's current bounds.
+
+    A start below the log start (records removed by retention or ``delete_records``), or any
+    offset past the log end, is data loss: an error with ``failOnDataLoss=true`` (the default),
+    clamped otherwise.
+    """
+    out: list[OffsetRange] = []
+    for tp in sorted(starts):
+        lo, hi = log.start_offset(*tp), log.end_offset(*tp)
+        start, end = starts[tp], ends[tp]
+        start = _check_bound(tp, start, lo, hi, "starting", fail_on_data_loss)
+        end = _check_bound(tp, end, lo, hi, "ending", fail_on_data_loss)
+        if end < start:
+            if fail_on_data_loss:
+                raise InvalidConfigError(
+                    f"{tp[0]}-{tp[1]}: the ending offset {end} is before the starting offset "
+                    f"{start}; check startingOffsets/endingOffsets (or their timestamp forms)"
+                )
+            continue
+        if end > start:
+            out.append(OffsetRange(tp[0], tp[1], start, end))
+    return out
+
+
+def _check_bound(
+    tp: TopicPartition, offset: int, lo: int, hi: int, which: str, fail: bool
+) -> int:
+    if lo <= offset <= hi:
+        return offset
+    if fail:
+        why = (
+            "records below it were deleted (retention, delete_records or compaction)"
+            if offset < lo
+            else "it is beyond the log end"
+        )
+        raise OffsetOutOfRangeError(
+            f"{which} offset {offset} for {tp[0]}-{tp[1]} is outside the log's range "
+            f"[{lo}, {hi}]: {why}. Set failOnDataLoss=false to read what is left instead"
+        )
+    return min(max(offset, lo), hi)
+
+
+# -- 4. tasks ----------------------------------------------------------------------------------
+
+
+def split_ranges(
+    log: LogView,
+    ranges: Iterable[OffsetRange],
+    *,
+    max_partition_bytes: int,
+    min_partitions: int | None = None,
+) -> list[OffsetRange]:
+    """Cut ranges into read tasks: one per segment run of at most ``max_partition_bytes``
+    (at least one segment), then more if ``min_partitions`` asks for more."""
+    tasks: list[OffsetRange] = []
+    for rng in ranges:
+        tasks.extend(_by_segment(rng, log.segments(rng.topic, rng.partition),
+                                 log.end_offset(rng.topic, rng.partition), max_partition_bytes))
+    if min_partitions is not None and len(tasks) < min_partitions:
+        tasks = _spread(tasks, min_partitions)
+    return tasks
+
+
+def _by_segment(
+    rng: OffsetRange, segments: Sequence[SegmentView], log_end: int, budget: int
+) -> list[OffsetRange]:
+    segs = sorted(segments, key=lambda s: s.base_offset)
+    pieces: list[OffsetRange] = []
+    for i, seg in enumerate(segs):
+        seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else max(log_end, seg.base_offset)
+        lo, hi = max(rng.start, seg.base_offset), min(rng.end, seg_end)
+        if hi <= lo:
+            continue
+        span = seg_end - seg.base_offset
+        size = seg.size if span <= 0 else seg.size * (hi - lo) // span
+        pieces.append(OffsetRange(rng.topic, rng.partition, lo, hi, size))
+    if not pieces:
+        return [rng]
+    # The pieces must cover the range exactly, whatever a stale segment list says.
+    pieces[0] = dataclasses.replace(pieces[0], start=rng.start)
+    pieces[-1] = dataclasses.replace(pieces[-1], end=rng.end)
+    merged: list[OffsetRange] = [pieces[0]]
+    for piece in pieces[1:]:
+        last = merged[-1]
+        if last.size_bytes + piece.size_bytes <= budget:
+            merged[-1] = OffsetRange(
+                last.topic, last.partition, last.start, piece.end,
+                last.size_bytes + piece.size_bytes,
+            )
+        else:
+            merged.append(piece)
+    return merged
+
+
+def _spread(tasks: list[OffsetRange], want: int) -> list[OffsetRange]:
+    """Split tasks into about ``want`` pieces, each task getting a share of the pieces in
+    proportion to its offset count (never fewer than one)."""
+    total = sum(t.count for t in tasks)
+    if total == 0:
+        return tasks
+    out: list[OffsetRange] = []
+    for task in tasks:
+        parts = max(1, min(task.count, round(task.count * want / total)))
+        for k in range(parts):
+            lo = task.start + task.count * k // parts
+            hi = task.start + task.count * (k + 1) // parts
+            if hi > lo:
+                size = task.size_bytes * (hi - lo) // task.count
+                out.append(OffsetRange(task.topic, task.partition, lo, hi, size))
+    return out

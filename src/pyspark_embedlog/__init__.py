@@ -1,0 +1,1 @@
+"""Spark auto-discovery shim: pyspark registers DefaultSource as the "embedlog" format."""
