@@ -13,6 +13,7 @@ partition's lock; reads run concurrently.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import json
 import os
@@ -138,15 +139,17 @@ class Log:
             parts = [self._partition(name, i, config) for i in range(int(info["partitions"]))]
             self._topics[name] = _Topic(name, config, parts)
         if self.read_only:
+            starts = checkpoint.read_offsets(os.path.join(self.path, LOG_START))
             for topic in self._topics.values():
                 for p in topic.partitions:
                     if not p.segments and os.path.isdir(p.directory):
-                        p.load(recovery_point=None, start_offset=0, clean=True)
+                        tp = TopicPartition(topic.name, p.partition)
+                        p.load(recovery_point=None, start_offset=starts.get(tp, 0), clean=True)
 
     def _read_metadata(self) -> dict[str, Any] | None:
         path = os.path.join(self.path, METADATA)
         try:
-            with open(path, encoding="utf-8") as f:
+            with builtins.open(path, encoding="utf-8") as f:
                 doc = json.load(f)
         except FileNotFoundError:
             return None

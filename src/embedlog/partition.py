@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import threading
@@ -268,7 +269,9 @@ class Partition:
                 for seg in old.values():
                     seg.close()
                 for seg in segs[:-1]:
-                    seg.live = False
+                    if seg.live:
+                        seg.refresh()
+                        seg.live = False
                 self.segments, self._bases = segs, bases
                 if bases:
                     self.start_offset = max(self.start_offset, bases[0])
@@ -428,7 +431,7 @@ class Partition:
                 if header.last_offset >= stop:
                     hi = int(records.offsets.searchsorted(stop))
                 if lo is not None or hi is not None:
-                    records = records.slice(lo or 0, len(records) if hi is None else hi)
+                    records = _slice(records, lo or 0, len(records) if hi is None else hi)
                 if len(records):
                     yield header, records
             offset = max(offset, seg.next_offset)
@@ -542,6 +545,20 @@ class Partition:
         self.segments = sorted(keep + new, key=lambda s: s.base_offset)
         self._bases = [s.base_offset for s in self.segments]
         write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
+
+
+def _slice(records: fmt.DecodedRecords, lo: int, hi: int) -> fmt.DecodedRecords:
+    """The records ``[lo, hi)`` of a decoded batch (numpy views; the data buffer is shared)."""
+    return dataclasses.replace(
+        records,
+        offsets=records.offsets[lo:hi],
+        timestamps=records.timestamps[lo:hi],
+        key_pos=records.key_pos[lo:hi],
+        key_len=records.key_len[lo:hi],
+        value_pos=records.value_pos[lo:hi],
+        value_len=records.value_len[lo:hi],
+        headers=None if records.headers is None else records.headers[lo:hi],
+    )
 
 
 def _segment_time(seg: Segment) -> int:

@@ -1,1 +1,8 @@
-"""index subpackage."""
+"""Kafka-compatible index files of a segment: ``.index`` (offset -> log position) and
+``.timeindex`` (timestamp -> offset). Both are sparse, fixed-width, big-endian, unchecksummed
+caches that can always be rebuilt from the ``.log``; see :mod:`embedlog.index.base`."""
+
+from .offset_index import OffsetIndex
+from .time_index import TimeIndex
+
+__all__ = ["OffsetIndex", "TimeIndex"]

@@ -1,7 +1,7 @@
 """Compression codecs of Kafka record batches (attribute bits 0-2), as pure functions.
 
 The codec applies to the whole records section of a v2 batch (bytes 61..end); see
-``docs``/kafka-format.md section 4. What is written here is what Kafka writes:
+design/kafka-format.md section 4. What is written here is what Kafka writes:
 
 ======  ====  ===========================================================================
 codec   id    stream format

@@ -151,9 +151,7 @@ class Segment:
         try:
             return fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
         except CorruptBatchError as exc:
-            raise CorruptBatchError(
-                f"invalid record batch: {exc}", path=self.log_path, position=base + p
-            ) from exc
+            raise _located(exc, self.log_path, base + p) from exc
 
     def _offset_index(self) -> OffsetIndex | None:
         if self.writable:
@@ -208,9 +206,7 @@ class Segment:
             try:
                 header = fmt.parse_header(head, 0)
             except CorruptBatchError as exc:
-                raise CorruptBatchError(
-                    f"invalid record batch: {exc}", path=self.log_path, position=position
-                ) from exc
+                raise _located(exc, self.log_path, position) from exc
             if position + header.size > self.size:
                 return None
             if header.last_offset >= offset:
@@ -446,3 +442,11 @@ class Segment:
         self.close()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             _io.unlink(path)
+
+
+def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
+    """The same error (same class), naming the file and the batch's position in it."""
+    reason = str(exc)
+    if exc.position is not None:
+        reason = reason.rpartition(" (")[0] or reason
+    return type(exc)(reason, path=path, position=position)

@@ -1,1 +1,35 @@
-"""spark subpackage."""
+"""Spark integration: the ``embedlog`` data source (pyspark >= 4.2, pyarrow).
+
+Read a log directory -- embedlog's or a Kafka broker's -- with the schema and options of
+Spark's Kafka source, stream from it, or append to it::
+
+    df = spark.read.format("embedlog").option("subscribe", "events").load("/data/log")
+    q = (spark.readStream.format("embedlog").option("maxOffsetsPerTrigger", 100_000)
+         .load("/data/log").writeStream.trigger(availableNow=True)...)
+    df.write.format("embedlog").option("topic", "events").mode("append").save("/data/log")
+
+Spark finds the source by itself once embedlog[spark] is installed (module
+``pyspark_embedlog``); :func:`register` does it explicitly, e.g. for a session started before
+the install.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "embedlog.spark needs pyspark>=4.2 and pyarrow: pip install 'embedlog[spark]'"
+    ) from exc
+
+from .source import EmbedlogDataSource
+
+__all__ = ["EmbedlogDataSource", "register"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``embedlog`` format on a SparkSession (``spark.dataSource.register``)."""
+    spark.dataSource.register(EmbedlogDataSource)

@@ -32,6 +32,7 @@ from .options import (
     OffsetSpec,
     PartitionOffsets,
     PartitionTimestamps,
+    ReadOptions,
     Subscribe,
     SubscribePattern,
     TopicSelection,
@@ -40,9 +41,12 @@ from .options import (
 __all__ = [
     "LogView",
     "OffsetRange",
+    "RangeFilter",
     "SegmentView",
     "TopicPartition",
+    "constrain",
     "offset_ranges",
+    "plan_batch",
     "resolve_offsets",
     "select_partitions",
     "split_ranges",
@@ -75,6 +79,22 @@ class LogView(Protocol):
     def segments(self, topic: str, partition: int) -> Sequence[SegmentView]: ...
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int) -> int | None: ...
+
+
+class RangeFilter(Protocol):
+    """Restrictions from pushed-down filters (:class:`embedlog.spark.pushdown.Constraints`)."""
+
+    @property
+    def empty(self) -> bool: ...
+
+    @property
+    def timestamp_lo_ms(self) -> int | None: ...
+
+    def wants_topic(self, topic: str) -> bool: ...
+
+    def wants_partition(self, partition: int) -> bool: ...
+
+    def clip(self, start: int, end: int) -> tuple[int, int]: ...
 
 
 @dataclass(frozen=True)
@@ -351,4 +371,46 @@ def _spread(tasks: list[OffsetRange], want: int) -> list[OffsetRange]:
             if hi > lo:
                 size = task.size_bytes * (hi - lo) // task.count
                 out.append(OffsetRange(task.topic, task.partition, lo, hi, size))
+    return out
+
+
+# -- all steps ---------------------------------------------------------------------------------
+
+
+def plan_batch(
+    log: LogView, options: ReadOptions, restrict: RangeFilter | None = None
+) -> list[OffsetRange]:
+    """The read tasks of a batch query: every step above, then ``restrict`` (pushed filters)."""
+    tps = select_partitions(log, options.selection, strict=True)
+    if restrict is not None:
+        tps = [tp for tp in tps if restrict.wants_topic(tp[0]) and restrict.wants_partition(tp[1])]
+    starts = resolve_offsets(
+        log, tps, options.starting, side="start", strategy=options.timestamp_strategy
+    )
+    ends = resolve_offsets(log, tps, options.ending, side="end")
+    ranges = offset_ranges(log, starts, ends, fail_on_data_loss=options.fail_on_data_loss)
+    if restrict is not None:
+        ranges = constrain(log, ranges, restrict)
+    return split_ranges(
+        log,
+        ranges,
+        max_partition_bytes=options.max_partition_bytes,
+        min_partitions=options.min_partitions,
+    )
+
+
+def constrain(log: LogView, ranges: Iterable[OffsetRange], restrict: RangeFilter
+              ) -> list[OffsetRange]:
+    """Narrow ranges to pushed filters; a timestamp lower bound becomes a time-index lookup."""
+    if restrict.empty:
+        return []
+    out: list[OffsetRange] = []
+    for rng in ranges:
+        start, end = restrict.clip(rng.start, rng.end)
+        ts = restrict.timestamp_lo_ms
+        if ts is not None and start < end:
+            first = log.offsets_for_times(rng.topic, rng.partition, ts)
+            start = end if first is None else max(start, min(first, end))
+        if end > start:
+            out.append(OffsetRange(rng.topic, rng.partition, start, end))
     return out

@@ -1,0 +1,278 @@
+"""Side-by-side benchmark: embedlog vs SQLite vs raw file writes, in one run.
+
+    python benches/compare.py [--records 1000000] [--repeat 3] [--only W1,R1,...] [--json out.json]
+
+Every workload writes or reads the same records (8-16 B random keys, 100 B random values, int64
+ms timestamps) through embedlog and, where a baseline makes sense, through SQLite (WAL,
+synchronous=NORMAL, executemany, 10k rows per transaction) and plain buffered file writes of the
+same bytes. Rates are records/s; ratios are taken within each repetition and the median is
+printed. The machine is shared and noisy: trust ratios, not the third digit.
+
+Workloads (targets from the project's performance notes):
+  W1  append_batch, 1000 records per call           >= 15x SQLite executemany
+  W2  append() one record per call                   >= 1x SQLite executemany
+  W2p producer.send() one record per call            >= 3x SQLite executemany
+  W3  durable appends (fsync per call), 1 vs 8 threads: 8 threads >= 5x 1 thread
+  R1  full scan returning Record objects             >= 1.5x SQLite full scan
+  R2  columnar scan (read_batches)                   >= 10x SQLite full scan
+  L1  read one record at a random offset, p50        <= SQLite WHERE offset=? p50
+  O1  open a clean log with 1,000 segments           < 0.5 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import embedlog
+
+BATCH = 1000
+
+
+def make_records(n: int, seed: int = 1) -> tuple[list[bytes], list[bytes], list[int]]:
+    rng = random.Random(seed)
+    keys = [rng.randbytes(rng.randint(8, 16)) for _ in range(n)]
+    vals = [rng.randbytes(100) for _ in range(n)]
+    ts = [1_700_000_000_000 + i for i in range(n)]
+    return keys, vals, ts
+
+
+class Bench:
+    def __init__(self, n: int, workdir: str):
+        self.n = n
+        self.workdir = workdir
+        self.keys, self.values, self.ts = make_records(n)
+        self.payload = sum(len(k) + len(v) for k, v in zip(self.keys, self.values))
+
+    def fresh(self, name: str) -> str:
+        path = os.path.join(self.workdir, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    # -------------------------------------------------------------- baselines
+
+    def raw_write(self) -> float:
+        path = self.fresh("raw.bin")
+        t0 = time.perf_counter()
+        with open(path, "wb", buffering=1 << 20) as f:
+            for i in range(0, self.n, BATCH):
+                f.write(b"".join(self.keys[i : i + BATCH]) + b"".join(self.values[i : i + BATCH]))
+        return self.n / (time.perf_counter() - t0)
+
+    def sqlite_db(self) -> sqlite3.Connection:
+        path = self.fresh("sqlite.db")
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(
+            "CREATE TABLE log (offset INTEGER PRIMARY KEY, ts INTEGER, key BLOB, value BLOB)"
+        )
+        return db
+
+    def sqlite_write(self) -> float:
+        db = self.sqlite_db()
+        t0 = time.perf_counter()
+        for i in range(0, self.n, 10_000):
+            rows = zip(range(i, i + 10_000), self.ts[i : i + 10_000],
+                       self.keys[i : i + 10_000], self.values[i : i + 10_000])
+            with db:
+                db.executemany("INSERT INTO log VALUES (?, ?, ?, ?)", rows)
+        rate = self.n / (time.perf_counter() - t0)
+        db.close()
+        return rate
+
+    def sqlite_scan(self) -> float:
+        db = sqlite3.connect(os.path.join(self.workdir, "sqlite.db"))
+        t0 = time.perf_counter()
+        count = 0
+        for _ in db.execute("SELECT offset, ts, key, value FROM log ORDER BY offset"):
+            count += 1
+        rate = count / (time.perf_counter() - t0)
+        db.close()
+        return rate
+
+    def sqlite_lookup_p50_us(self, probes: int = 20_000) -> float:
+        db = sqlite3.connect(os.path.join(self.workdir, "sqlite.db"))
+        rng = random.Random(7)
+        lat = []
+        for _ in range(probes):
+            o = rng.randrange(self.n)
+            t0 = time.perf_counter_ns()
+            db.execute("SELECT offset, ts, key, value FROM log WHERE offset=?", (o,)).fetchone()
+            lat.append(time.perf_counter_ns() - t0)
+        db.close()
+        return statistics.median(lat) / 1000
+
+    # -------------------------------------------------------------- embedlog
+
+    def el_batch_append(self) -> float:
+        path = self.fresh("el-batch")
+        with embedlog.open(path) as log:
+            log.create_topic("t")
+            t0 = time.perf_counter()
+            for i in range(0, self.n, BATCH):
+                log.append_batch("t", self.values[i : i + BATCH], keys=self.keys[i : i + BATCH],
+                                 timestamps=self.ts[i : i + BATCH], partition=0)
+            rate = self.n / (time.perf_counter() - t0)
+        return rate
+
+    def el_append_loop(self) -> float:
+        path = self.fresh("el-loop")
+        n = min(self.n, 200_000)
+        with embedlog.open(path) as log:
+            log.create_topic("t")
+            append, keys, vals, ts = log.append, self.keys, self.values, self.ts
+            t0 = time.perf_counter()
+            for i in range(n):
+                append("t", vals[i], key=keys[i], timestamp=ts[i], partition=0)
+            return n / (time.perf_counter() - t0)
+
+    def el_producer_loop(self) -> float:
+        path = self.fresh("el-prod")
+        with embedlog.open(path) as log:
+            log.create_topic("t")
+            producer = log.producer()
+            send, keys, vals, ts = producer.send, self.keys, self.values, self.ts
+            t0 = time.perf_counter()
+            for i in range(self.n):
+                send("t", vals[i], key=keys[i], timestamp=ts[i], partition=0)
+            producer.flush()
+            rate = self.n / (time.perf_counter() - t0)
+            producer.close()
+        return rate
+
+    def el_scan_records(self) -> float:
+        with embedlog.open(os.path.join(self.workdir, "el-batch"), read_only=True) as log:
+            t0 = time.perf_counter()
+            count = 0
+            for _ in log.read("t", 0):
+                count += 1
+            return count / (time.perf_counter() - t0)
+
+    def el_scan_columns(self) -> float:
+        with embedlog.open(os.path.join(self.workdir, "el-batch"), read_only=True) as log:
+            t0 = time.perf_counter()
+            count = 0
+            for _, records in log.read_batches("t", 0):
+                count += len(records.values())
+            return count / (time.perf_counter() - t0)
+
+    def el_lookup_p50_us(self, probes: int = 20_000) -> float:
+        with embedlog.open(os.path.join(self.workdir, "el-batch"), read_only=True) as log:
+            rng = random.Random(7)
+            lat = []
+            for _ in range(probes):
+                o = rng.randrange(self.n)
+                t0 = time.perf_counter_ns()
+                next(log.read("t", 0, o, max_records=1))
+                lat.append(time.perf_counter_ns() - t0)
+        return statistics.median(lat) / 1000
+
+    def el_durable(self, threads: int, per_thread: int) -> float:
+        path = self.fresh(f"el-durable-{threads}")
+        with embedlog.open(path, durability="fsync") as log:
+            log.create_topic("t")
+
+            def work(tid: int) -> None:
+                for i in range(per_thread):
+                    log.append("t", self.values[i], key=self.keys[i], partition=0)
+
+            workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+            t0 = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            return threads * per_thread / (time.perf_counter() - t0)
+
+    def el_open_1000_segments(self) -> float:
+        path = self.fresh("el-open")
+        with embedlog.open(path) as log:
+            log.create_topic("t", config={"segment.bytes": 1024 * 1024})
+            for i in range(0, 1000):
+                log.append_batch("t", self.values[:100], partition=0)
+                log.roll("t", 0)
+        t0 = time.perf_counter()
+        with embedlog.open(path) as log:
+            elapsed = time.perf_counter() - t0
+            assert len(log.segments("t", 0)) >= 1000
+        return elapsed
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = tempfile.mkdtemp(prefix="embedlog-bench-", dir=args.dir)
+    only = set(args.only.split(",")) if args.only else None
+    b = Bench(args.records, workdir)
+    rows: dict[str, list[float]] = {}
+
+    def rec(name: str, fn: Callable[[], float]) -> float:
+        value = fn()
+        rows.setdefault(name, []).append(value)
+        return value
+
+    def want(tag: str) -> bool:
+        return only is None or tag in only
+
+    try:
+        for rep in range(args.repeat):
+            print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
+            raw = rec("raw file write", b.raw_write)
+            sql_w = rec("SQLite executemany", b.sqlite_write)
+            sql_r = rec("SQLite full scan", b.sqlite_scan)
+            rec("W1 x SQLite", lambda: rec("W1 append_batch", b.el_batch_append) / sql_w)
+            rows.setdefault("W1 x raw", []).append(rows["W1 append_batch"][-1] / raw)
+            if want("W2"):
+                rec("W2 x SQLite", lambda: rec("W2 append loop", b.el_append_loop) / sql_w)
+            if want("W2p") and hasattr(embedlog.Log, "producer"):
+                rec("W2p x SQLite", lambda: rec("W2p producer.send", b.el_producer_loop) / sql_w)
+            if want("R1"):
+                rec("R1 x SQLite", lambda: rec("R1 scan Records", b.el_scan_records) / sql_r)
+            if want("R2"):
+                rec("R2 x SQLite", lambda: rec("R2 scan columns", b.el_scan_columns) / sql_r)
+            if want("L1"):
+                sql_l = rec("SQLite lookup p50 us", b.sqlite_lookup_p50_us)
+                el_l = rec("L1 lookup p50 us", b.el_lookup_p50_us)
+                rows.setdefault("L1 SQLite/embedlog p50", []).append(sql_l / el_l)
+            if want("W3"):
+                one = rec("W3 durable 1 thread", lambda: b.el_durable(1, 2000))
+                eight = rec("W3 durable 8 threads", lambda: b.el_durable(8, 1000))
+                rows.setdefault("W3 8 threads / 1 thread", []).append(eight / one)
+            if want("O1"):
+                rec("O1 open 1000 segments s", b.el_open_1000_segments)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    summary = {name: statistics.median(v) for name, v in rows.items()}
+    print(f"\n{args.records:,} records, median of {args.repeat}")
+    for name, value in summary.items():
+        unit = "" if (" x " in name or "/" in name or " s" in name or " us" in name) else " rec/s"
+        print(f"  {name:32s} {value:>14,.2f}{unit}")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--dir", default=None, help="scratch folder (default: system temp)")
+    parser.add_argument("--json", default=None, help="write the medians here")
+    args = parser.parse_args()
+    summary = run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1015 @@
+"""Kafka's v2 record batch (message format "magic 2"): encoder, decoder, validator. No I/O.
+
+A ``.log`` segment is a plain concatenation of record batches. All integers are big-endian.
+Batch header (61 bytes), as documented in Kafka's ``DefaultRecordBatch``:
+
+====== ==== ==================== ================= ==========================================
+offset size Kafka field          attribute         notes
+====== ==== ==================== ================= ==========================================
+0      8    baseOffset           base_offset       int64, offset of the first record slot
+8      4    batchLength          batch_length      int32, batch size - 12 (bytes after it)
+12     4    partitionLeaderEpoch leader_epoch      int32
+16     1    magic                magic             int8, always 2
+17     4    crc                  crc               uint32, CRC-32C of bytes [21, end)
+21     2    attributes           attributes        int16, bit flags (below)
+23     4    lastOffsetDelta      last_offset_delta int32, last offset - baseOffset
+27     8    baseTimestamp        base_timestamp    int64, ms; delete horizon if bit 6
+35     8    maxTimestamp         max_timestamp     int64, ms
+43     8    producerId           producer_id       int64, -1 if none
+51     2    producerEpoch        producer_epoch    int16, -1 if none
+53     4    baseSequence         base_sequence     int32, -1 if none
+57     4    recordsCount         records_count     int32, number of records (0 allowed)
+====== ==== ==================== ================= ==========================================
+
+Then the records section (bytes 61..end): the records back to back, or, when the codec bits are
+set, one compressed stream of them (see :mod:`embedlog.segment.codecs`). baseOffset,
+batchLength, partitionLeaderEpoch and magic lie outside the CRC, so a broker assigns the base
+offset and leader epoch in place (:func:`set_base_offset`).
+
+Attributes: bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd), bit 3 timestamp type
+(1 = LogAppendTime: every record's timestamp is maxTimestamp), bit 4 transactional, bit 5
+control batch, bit 6 baseTimestamp is the compaction delete horizon; other bits 0.
+
+Record (inside the records section); varints are zigzag + base-128 little-endian groups
+(protobuf ``sint``): varint at most 5 bytes (int32), varlong at most 10 bytes (int64):
+
+================ ======= ===================================================================
+field            type    notes
+================ ======= ===================================================================
+length           varint  bytes of the record after this field
+attributes       int8    unused, 0
+timestampDelta   varlong timestamp - baseTimestamp (may be negative)
+offsetDelta      varint  offset - baseOffset, in [0, lastOffsetDelta]
+keyLength        varint  -1 = null key
+key              bytes
+valueLength      varint  -1 = null value (tombstone)
+value            bytes
+headersCount     varint  >= 0
+headers          ...     headersCount x (keyLength varint >= 0, key UTF-8, valueLength varint
+                         >= -1, value bytes)
+================ ======= ===================================================================
+
+Encoding and decoding work on whole batches with numpy (varint widths, field positions and
+lengths as arrays); only the record-length chain of the decoder and the header sections are
+walked record by record.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Final
+
+import crc32c
+import numpy as np
+import numpy.typing as npt
+
+from embedlog.errors import CorruptBatchError, UnsupportedFormatError
+from embedlog.segment.codecs import Compression, compress, decompress
+
+__all__ = [
+    "ATTRIBUTES_OFFSET",
+    "COMPRESSION_MASK",
+    "CONTROL_MASK",
+    "CRC_OFFSET",
+    "DELETE_HORIZON_MASK",
+    "FIELDS",
+    "HEADER",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "MAGIC_OFFSET",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
+    "BatchHeader",
+    "DecodedRecords",
+    "control_record",
+    "decode_control_record",
+    "decode_records",
+    "decode_varint",
+    "encode_batch",
+    "encode_varint",
+    "gather_binary",
+    "iter_batches",
+    "next_batch",
+    "parse_header",
+    "set_base_offset",
+    "verify_crc",
+]
+
+I64 = npt.NDArray[np.int64]
+
+# --------------------------------------------------------------------------- layout
+
+FIELDS: Final[tuple[tuple[str, str], ...]] = (
+    ("base_offset", "q"),
+    ("batch_length", "i"),
+    ("leader_epoch", "i"),
+    ("magic", "b"),
+    ("crc", "I"),
+    ("attributes", "h"),
+    ("last_offset_delta", "i"),
+    ("base_timestamp", "q"),
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("records_count", "i"),
+)
+"""The batch header, in order: (attribute name, struct code). Every constant below derives
+from it."""
+
+HEADER: Final = struct.Struct(">" + "".join(code for _, code in FIELDS))
+HEADER_SIZE: Final = HEADER.size
+
+
+def _offset_of(name: str) -> int:
+    names = [n for n, _ in FIELDS]
+    return struct.calcsize(">" + "".join(c for _, c in FIELDS[: names.index(name)]))
+
+
+MAGIC_OFFSET: Final = _offset_of("magic")
+CRC_OFFSET: Final = _offset_of("crc")
+ATTRIBUTES_OFFSET: Final = _offset_of("attributes")
+LOG_OVERHEAD: Final = _offset_of("leader_epoch")
+"""baseOffset + batchLength: the bytes not counted by batchLength."""
+_HEADER_TO_MAGIC: Final = MAGIC_OFFSET + 1
+MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD
+_LEGACY_MIN_LENGTH: Final = 14
+"""Smallest batchLength of any message format (v0); below it Kafka calls the batch corrupt."""
+MAGIC: Final = 2
+
+COMPRESSION_MASK: Final = 0x07
+TIMESTAMP_TYPE_MASK: Final = 0x08
+TRANSACTIONAL_MASK: Final = 0x10
+CONTROL_MASK: Final = 0x20
+DELETE_HORIZON_MASK: Final = 0x40
+
+_INT32_MAX: Final = 2**31 - 1
+_MIN_RECORD: Final = 7
+"""Smallest encoded record: length, attributes, timestampDelta, offsetDelta, keyLength,
+valueLength and headersCount, one byte each."""
+_MIN_BODY: Final = _MIN_RECORD - 1
+
+_U32: Final = struct.Struct(">I")
+_I64: Final = struct.Struct(">q")
+_CONTROL_KEY: Final = struct.Struct(">hh")
+_END_TXN_VALUE: Final = struct.Struct(">hi")
+
+assert HEADER_SIZE == 61 and LOG_OVERHEAD == 12 and CRC_OFFSET == 17
+assert ATTRIBUTES_OFFSET == 21 and MAGIC_OFFSET == 16
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The 61-byte v2 batch header; field order is :data:`FIELDS`."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch (batchLength + 12)."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """The offset following this batch (lastOffset + 1)."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        """The codec; UnsupportedFormatError for ids 5-7."""
+        c = self.attributes & COMPRESSION_MASK
+        if c > Compression.ZSTD:
+            raise UnsupportedFormatError(f"unknown compression codec id {c}")
+        return Compression(c)
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return (self.attributes & TIMESTAMP_TYPE_MASK) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """baseTimestamp when it holds the compaction delete horizon (bit 6), else None."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
+
+
+# --------------------------------------------------------------------------- scalar varints
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag base-128 varint/varlong of a signed 64-bit integer (Kafka ByteUtils)."""
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"varint out of int64 range: {value}")
+    z = (value << 1) ^ (value >> 63)
+    if z < 0x80:
+        return _SMALL_VARINTS[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_SMALL_VARINTS: Final = tuple(bytes((z,)) for z in range(0x80))
+
+
+def decode_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10) -> tuple[
+    int, int
+]:
+    """Decode a zigzag varint at ``pos``; returns (value, position after it).
+
+    CorruptBatchError if it runs past the buffer or exceeds ``max_bytes`` (5 for int32
+    varints, 10 for varlongs).
+    """
+    z = 0
+    shift = 0
+    end = len(buf)
+    for i in range(max_bytes):
+        if pos + i >= end:
+            raise CorruptBatchError("varint runs past the end of the data")
+        b = buf[pos + i]
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            if max_bytes <= 5 and z >= 1 << 32:
+                raise CorruptBatchError("varint does not fit in 32 bits")
+            z &= (1 << 64) - 1
+            return (z >> 1) ^ -(z & 1), pos + i + 1
+        shift += 7
+    raise CorruptBatchError(f"varint longer than {max_bytes} bytes")
+
+
+# --------------------------------------------------------------------------- batch walking
+
+
+def _magic_error(magic: int, position: int) -> CorruptBatchError:
+    if magic in (0, 1):
+        return UnsupportedFormatError(
+            f"message format v0/v1 (magic {magic}) is not supported", position=position
+        )
+    return CorruptBatchError(f"invalid magic byte {magic}", position=position)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse and sanity-check the header at ``pos`` (the CRC is not checked: :func:`verify_crc`).
+
+    Raises CorruptBatchError when fewer than 61 bytes remain, batchLength < 49,
+    recordsCount < 0 or lastOffsetDelta < 0; UnsupportedFormatError for magic 0/1;
+    CorruptBatchError for any other magic != 2.
+    """
+    avail = len(buf) - pos
+    if pos < 0 or avail < _HEADER_TO_MAGIC:
+        raise CorruptBatchError("truncated batch header", position=pos)
+    magic = buf[pos + MAGIC_OFFSET]
+    if magic != MAGIC:
+        raise _magic_error(magic - 256 if magic > 127 else magic, pos)
+    if avail < HEADER_SIZE:
+        raise CorruptBatchError("truncated batch header", position=pos)
+    h = BatchHeader(*HEADER.unpack_from(buf, pos))
+    if h.batch_length < MIN_BATCH_LENGTH:
+        raise CorruptBatchError(f"batch length {h.batch_length} below 49", position=pos)
+    if h.records_count < 0:
+        raise CorruptBatchError(f"negative records count {h.records_count}", position=pos)
+    if h.last_offset_delta < 0:
+        raise CorruptBatchError(
+            f"negative last offset delta {h.last_offset_delta}", position=pos
+        )
+    return h
+
+
+def verify_crc(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+    """Check the CRC-32C over bytes [pos+21, pos+size); CorruptBatchError on mismatch."""
+    end = pos + header.size
+    if end > len(buf):
+        raise CorruptBatchError("batch extends past the end of the data", position=pos)
+    with memoryview(buf) as mv:
+        crc = crc32c.crc32c(mv[pos + ATTRIBUTES_OFFSET : end])
+    if crc != header.crc:
+        raise CorruptBatchError(
+            f"CRC-32C mismatch: stored {header.crc:#010x}, computed {crc:#010x}", position=pos
+        )
+
+
+def _next(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    verify: bool,
+    max_batch_size: int | None,
+) -> BatchHeader | None:
+    if pos >= end - _HEADER_TO_MAGIC:
+        return None
+    batch_length = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True)
+    if batch_length < _LEGACY_MIN_LENGTH:
+        raise CorruptBatchError(f"invalid batch length {batch_length}", position=pos)
+    size = batch_length + LOG_OVERHEAD
+    if max_batch_size is not None and size > max_batch_size:
+        raise CorruptBatchError(
+            f"batch size {size} exceeds the maximum of {max_batch_size}", position=pos
+        )
+    if pos + size > end:
+        return None
+    header = parse_header(buf, pos)
+    if verify:
+        verify_crc(buf, pos, header)
+    return header
+
+
+def next_batch(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    *,
+    verify: bool = True,
+    max_batch_size: int | None = None,
+) -> BatchHeader | None:
+    """The batch starting at ``pos``, following Kafka's file walk (FileLogInputStream).
+
+    Returns None at the end of the data: 17 bytes or fewer remain, or the batch extends past
+    ``len(buf)`` (an incomplete tail, not yet written). Raises CorruptBatchError (with
+    ``position=pos``) for batchLength < 14 (what a zero-filled tail looks like), a size above
+    ``max_batch_size``, a header :func:`parse_header` rejects, or (``verify``) a bad CRC.
+    """
+    return _next(buf, pos, len(buf), verify, max_batch_size)
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    verify: bool = True,
+    max_batch_size: int | None = None,
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of consecutive batches in ``buf[start:end]``.
+
+    Stops silently at an incomplete tail; raises CorruptBatchError at the first invalid batch
+    (after yielding the valid ones before it).
+    """
+    stop = len(buf) if end is None else min(end, len(buf))
+    pos = start
+    while True:
+        header = _next(buf, pos, stop, verify, max_batch_size)
+        if header is None:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def set_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
+    """Overwrite baseOffset (bytes 0-8, outside the CRC) in place, as a broker does."""
+    _I64.pack_into(batch, 0, base_offset)
+
+
+# --------------------------------------------------------------------------- vector helpers
+
+
+def _zigzag(x: I64) -> npt.NDArray[np.uint64]:
+    z: npt.NDArray[np.uint64] = ((x << 1) ^ (x >> 63)).view(np.uint64)
+    return z
+
+
+def _widths(z: npt.NDArray[np.uint64]) -> I64:
+    """Bytes of each varint (1-10)."""
+    w = np.ones(z.shape, np.int64)
+    if z.size:
+        hi = int(z.max())
+        t = 0x80
+        while t <= hi:
+            w += z >= t
+            t <<= 7
+    return w
+
+
+def _put_varints(out: npt.NDArray[np.uint8], pos: I64, z: npt.NDArray[np.uint64], w: I64) -> None:
+    """Write varints ``z`` (already zigzagged) of widths ``w`` at positions ``pos`` of ``out``."""
+    wmax = int(w.max())
+    if wmax == 1:
+        out[pos] = z
+        return
+    for j in range(wmax):
+        if j == 0:
+            p, zz, ww = pos, z, w
+        else:
+            sel = w > j
+            p, zz, ww = pos[sel] + j, z[sel] >> (7 * j), w[sel]
+        out[p] = (zz & 0x7F) | ((ww > j + 1).astype(np.uint64) << 7)
+
+
+def _rows_to_pieces(flat: npt.NDArray[np.uint8], width: int, row_w: I64, zero_end: I64 | None) -> (
+    list[bytes]
+):
+    """Split a row-major (n, width) byte matrix into n bytes objects of lengths ``row_w``.
+
+    Rows are zero padded; numpy's fixed-width ``S`` dtype strips trailing zeros, which gives
+    each row's bytes unless the row itself ends in 0x00: those rows (``zero_end`` = their
+    indices) are sliced explicitly.
+    """
+    pieces: list[bytes] = flat.view(f"S{width}").tolist()
+    if zero_end is not None and zero_end.size:
+        raw = flat.tobytes()
+        for i, wi in zip(zero_end.tolist(), row_w[zero_end].tolist(), strict=True):
+            pieces[i] = raw[i * width : i * width + wi]
+    return pieces
+
+
+def _lengths(items: Sequence[bytes | None], n: int) -> tuple[I64, bool]:
+    """(lengths with -1 for None, whether any None)."""
+    try:
+        return np.fromiter(map(len, items), np.int64, n), False
+    except TypeError:
+        lens = np.fromiter((-1 if v is None else len(v) for v in items), np.int64, n)
+        return lens, True
+
+
+def _encode_headers(hs: Sequence[tuple[str, bytes | None]] | None) -> bytes:
+    if not hs:
+        return b"\x00"
+    parts = [encode_varint(len(hs))]
+    for k, v in hs:
+        kb = k.encode("utf-8")
+        parts.append(encode_varint(len(kb)))
+        parts.append(kb)
+        if v is None:
+            parts.append(b"\x01")
+        else:
+            parts.append(encode_varint(len(v)))
+            parts.append(bytes(v))
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_batch(
+    values: Sequence[bytes | None],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
+    timestamps: int | Sequence[int] | npt.NDArray[np.int64],
+    base_offset: int = 0,
+    compression: int = Compression.NONE,
+    timestamp_type: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    leader_epoch: int = 0,
+    offset_deltas: Sequence[int] | npt.NDArray[np.int64] | None = None,
+    last_offset_delta: int | None = None,
+    delete_horizon_ms: int | None = None,
+    max_timestamp: int | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """Encode one complete v2 batch (correct batchLength and CRC-32C).
+
+    ``values[i]``/``keys[i]`` None = null (``keys=None``: every key null); ``headers[i]`` a
+    sequence of (str, bytes | None) or None. ``timestamps``: one int for all records or one per
+    record. ``offset_deltas`` (default 0..n-1) must be strictly increasing and >= 0;
+    ``last_offset_delta`` defaults to the last of them and may be larger (compaction keeps the
+    original). baseTimestamp is the first record's timestamp, or ``delete_horizon_ms`` (which
+    sets attribute bit 6; deltas are then relative to it); maxTimestamp is the largest
+    timestamp unless ``max_timestamp`` is given (LogAppendTime callers pass the append time).
+
+    With no records (compaction's empty batch) ``last_offset_delta`` is required and, as in
+    Kafka's ``writeEmptyHeader``, the batch is the 61-byte header with codec none,
+    baseTimestamp -1 and maxTimestamp ``max_timestamp`` (default -1).
+    """
+    n = len(values)
+    codec = Compression(compression)
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type}")
+    attrs = timestamp_type << 3
+    if is_transactional:
+        attrs |= TRANSACTIONAL_MASK
+    if is_control:
+        attrs |= CONTROL_MASK
+    if n == 0:
+        if last_offset_delta is None:
+            raise ValueError("an empty batch needs last_offset_delta")
+        if not 0 <= last_offset_delta <= _INT32_MAX:
+            raise ValueError(f"last_offset_delta out of range: {last_offset_delta}")
+        return _assemble(
+            b"", base_offset, leader_epoch, attrs, last_offset_delta, -1,
+            -1 if max_timestamp is None else max_timestamp,
+            producer_id, producer_epoch, base_sequence, 0,
+        )  # fmt: skip
+    if not isinstance(values, list):
+        values = list(values)
+
+    # ---- per-record integers, vectorised
+    ts = np.asarray(timestamps, dtype=np.int64)
+    if ts.ndim == 0:
+        ts = np.full(n, ts, np.int64)
+    elif ts.shape != (n,):
+        raise ValueError(f"{ts.size} timestamps for {n} records")
+    if delete_horizon_ms is not None:
+        attrs |= DELETE_HORIZON_MASK
+        base_ts = int(delete_horizon_ms)
+    else:
+        base_ts = int(ts[0])
+    max_ts = int(ts.max()) if max_timestamp is None else int(max_timestamp)
+    tsd = ts - np.int64(base_ts)
+
+    if offset_deltas is None:
+        od = np.arange(n, dtype=np.int64)
+    else:
+        od = np.asarray(offset_deltas, dtype=np.int64)
+        if od.shape != (n,):
+            raise ValueError(f"{od.size} offset deltas for {n} records")
+        if od[0] < 0 or (n > 1 and bool((np.diff(od) <= 0).any())):
+            raise ValueError("offset_deltas must be >= 0 and strictly increasing")
+    lod = int(od[-1]) if last_offset_delta is None else int(last_offset_delta)
+    if not int(od[-1]) <= lod <= _INT32_MAX:
+        raise ValueError(f"last_offset_delta {lod} outside [{int(od[-1])}, {_INT32_MAX}]")
+
+    vl, v_null = _lengths(values, n)
+    if keys is None:
+        kl = np.full(n, -1, np.int64)
+        k_null = True
+        keyed = False
+    else:
+        if len(keys) != n:
+            raise ValueError(f"{len(keys)} keys for {n} values")
+        if not isinstance(keys, list):
+            keys = list(keys)
+        kl, k_null = _lengths(keys, n)
+        keyed = True
+
+    hsec: list[bytes] | None = None
+    if headers is not None:
+        if len(headers) != n:
+            raise ValueError(f"{len(headers)} headers for {n} values")
+        if any(headers):
+            hsec = [_encode_headers(h) for h in headers]
+    if hsec is None:
+        hl = np.ones(n, np.int64)
+    else:
+        hl = np.fromiter(map(len, hsec), np.int64, n)
+
+    z_tsd, z_od, z_kl, z_vl = _zigzag(tsd), _zigzag(od), _zigzag(kl), _zigzag(vl)
+    w_tsd, w_od, w_kl, w_vl = _widths(z_tsd), _widths(z_od), _widths(z_kl), _widths(z_vl)
+    body = 1 + w_tsd + w_od + w_kl + np.maximum(kl, 0) + w_vl + np.maximum(vl, 0) + hl
+    if int(body.max()) > _INT32_MAX:
+        raise ValueError("record too large")
+    z_body = _zigzag(body)
+    w_body = _widths(z_body)
+
+    # ---- the "A" row of each record: length, attributes, tsDelta, offsetDelta, keyLength
+    # (+ valueLength when unkeyed); written into a zero-padded matrix, split into bytes.
+    c_tsd = w_body + 1
+    c_od = c_tsd + w_tsd
+    c_kl = c_od + w_od
+    row_a = c_kl + w_kl
+    if not keyed:
+        c_vl = row_a
+        row_a = row_a + w_vl
+    wa = int(row_a.max())
+    base_a = np.arange(0, n * wa, wa, dtype=np.int64)
+    mat_a = np.zeros(n * wa, np.uint8)
+    _put_varints(mat_a, base_a, z_body, w_body)
+    if z_tsd.any():
+        _put_varints(mat_a, base_a + c_tsd, z_tsd, w_tsd)
+    _put_varints(mat_a, base_a + c_od, z_od, w_od)
+    _put_varints(mat_a, base_a + c_kl, z_kl, w_kl)
+    if not keyed:
+        _put_varints(mat_a, base_a + c_vl, z_vl, w_vl)
+    last_a = kl if keyed else vl
+    zero_a = np.flatnonzero(last_a == 0) if int(last_a.min()) <= 0 else None
+    pieces_a = _rows_to_pieces(mat_a, wa, row_a, zero_a)
+
+    h_items: list[bytes] = [b"\x00"] * n if hsec is None else hsec
+    if keyed:
+        wb = int(w_vl.max())
+        mat_b = np.zeros(n * wb, np.uint8)
+        _put_varints(mat_b, np.arange(0, n * wb, wb, dtype=np.int64), z_vl, w_vl)
+        zero_b = np.flatnonzero(vl == 0) if int(vl.min()) <= 0 else None
+        pieces_b = _rows_to_pieces(mat_b, wb, w_vl, zero_b)
+        parts: list[bytes | None] = [None] * (5 * n)
+        parts[0::5] = pieces_a
+        parts[1::5] = keys  # type: ignore[assignment]
+        parts[2::5] = pieces_b
+        parts[3::5] = values
+        parts[4::5] = h_items
+    else:
+        parts = [None] * (3 * n)
+        parts[0::3] = pieces_a
+        parts[1::3] = values
+        parts[2::3] = h_items
+    if v_null or (keyed and k_null):
+        records = b"".join(filter(None, parts))  # type: ignore[arg-type]
+    else:
+        records = b"".join(parts)  # type: ignore[arg-type]
+
+    if codec is not Compression.NONE:
+        attrs |= codec
+        records = compress(codec, records, level=compression_level)
+    return _assemble(
+        records, base_offset, leader_epoch, attrs, lod, base_ts, max_ts,
+        producer_id, producer_epoch, base_sequence, n,
+    )  # fmt: skip
+
+
+def _assemble(
+    records: bytes,
+    base_offset: int,
+    leader_epoch: int,
+    attrs: int,
+    lod: int,
+    base_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    count: int,
+) -> bytes:
+    """Header + records with batchLength and CRC-32C filled in."""
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(records)
+    if batch_length > _INT32_MAX:
+        raise ValueError("batch too large")
+    try:
+        hdr = HEADER.pack(
+            base_offset, batch_length, leader_epoch, MAGIC, 0, attrs, lod, base_ts, max_ts,
+            producer_id, producer_epoch, base_sequence, count,
+        )  # fmt: skip
+    except struct.error as e:
+        raise ValueError(f"batch header field out of range: {e}") from None
+    tail = hdr[ATTRIBUTES_OFFSET:]
+    crc = crc32c.crc32c(records, crc32c.crc32c(tail))
+    return b"".join((hdr[:CRC_OFFSET], _U32.pack(crc), tail, records))
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+class _Bad(Exception):
+    """Internal: a record-level violation, turned into CorruptBatchError with the position."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecords:
+    """The records of one batch as columns over ``data`` (the decompressed records section).
+
+    ``key_len``/``value_len`` are -1 for null. ``headers`` is None when no record has headers,
+    else one tuple per record.
+    """
+
+    data: bytes
+    offsets: npt.NDArray[np.int64]
+    timestamps: npt.NDArray[np.int64]
+    key_pos: npt.NDArray[np.int64]
+    key_len: npt.NDArray[np.int32]
+    value_pos: npt.NDArray[np.int64]
+    value_len: npt.NDArray[np.int32]
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def _slices(self, pos: I64, lens: npt.NDArray[np.int32]) -> list[bytes | None]:
+        n = len(lens)
+        if n == 0:
+            return []
+        d = self.data
+        lo = int(lens.min())
+        if lo >= 0:
+            return [d[a:b] for a, b in zip(pos.tolist(), (pos + lens).tolist(), strict=True)]
+        if int(lens.max()) < 0:
+            return [None] * n
+        ends = (pos + np.maximum(lens, 0)).tolist()
+        nulls = (lens < 0).tolist()
+        return [
+            None if z else d[a:b] for a, b, z in zip(pos.tolist(), ends, nulls, strict=True)
+        ]
+
+    def keys(self) -> list[bytes | None]:
+        return self._slices(self.key_pos, self.key_len)
+
+    def values(self) -> list[bytes | None]:
+        return self._slices(self.value_pos, self.value_len)
+
+    def key(self, i: int) -> bytes | None:
+        n = int(self.key_len[i])
+        p = int(self.key_pos[i])
+        return None if n < 0 else self.data[p : p + n]
+
+    def value(self, i: int) -> bytes | None:
+        n = int(self.value_len[i])
+        p = int(self.value_pos[i])
+        return None if n < 0 else self.data[p : p + n]
+
+    def header(self, i: int) -> tuple[tuple[str, bytes | None], ...]:
+        if self.headers is None:
+            if not -len(self) <= i < len(self):
+                raise IndexError(i)
+            return ()
+        return self.headers[i]
+
+
+_EMPTY_I64: Final = np.empty(0, np.int64)
+_EMPTY_I32: Final = np.empty(0, np.int32)
+
+
+def _walk(data: bytes, n: int) -> tuple[list[int], int]:
+    """Follow the record-length chain: the start of each of ``n`` records and the end of the
+    last one.
+
+    Kept as tight as possible: the one- and two-byte paths ignore the zigzag sign bit (so the
+    chain always moves forward) and :func:`_decode` re-reads every length vectorised, which
+    rejects a negative one.
+    """
+    starts: list[int] = []
+    append = starts.append
+    p = 0
+    for _ in repeat(None, n):
+        append(p)
+        b = data[p]
+        if b < 0x80:
+            p += 1 + (b >> 1)
+        else:
+            b2 = data[p + 1]
+            if b2 < 0x80:
+                p += 2 + ((b & 0x7F) >> 1) + (b2 << 6)
+            else:
+                length, q = decode_varint(data, p, 5)
+                if length < _MIN_BODY:
+                    raise _Bad(f"invalid record length {length}")
+                p = q + length
+    return starts, p
+
+
+def _small_varint_tables() -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int8]]:
+    """Decoded value and width of a varint starting with bytes (b0, b1), indexed by
+    ``b0 | b1 << 8``; width 0 = the varint is longer than two bytes."""
+    i = np.arange(1 << 16, dtype=np.int64)
+    b0, b1 = i & 0xFF, i >> 8
+    z = np.where(b0 < 0x80, b0, (b0 & 0x7F) | ((b1 & 0x7F) << 7))
+    width = np.where(b0 < 0x80, 1, np.where(b1 < 0x80, 2, 0)).astype(np.int8)
+    return ((z >> 1) ^ -(z & 1)).astype(np.int32), width
+
+
+_VARINT2_VALUE, _VARINT2_WIDTH = _small_varint_tables()
+
+
+def _read_varints(
+    d: npt.NDArray[np.uint8], pos: I64, lim: I64, max_bytes: int, what: str
+) -> tuple[I64, I64 | int]:
+    """Decode one varint per record at ``pos``, each ending at or before ``lim``:
+    (values, widths); widths is the int 1 when every varint is a single byte.
+
+    Fast paths: all one byte; all at most two bytes (table lookup). Longer ones go through a
+    loop over byte positions with the records still reading.
+    """
+    if bool((pos >= lim).any()):
+        raise _Bad(f"record too short for its {what}")
+    b = d[pos]
+    if int(b.max()) < 0x80:
+        v = b.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), 1
+    idx = d[np.minimum(pos + 1, len(d) - 1)].astype(np.intp)
+    idx <<= 8
+    idx |= b
+    w2 = _VARINT2_WIDTH[idx]
+    if int(w2.min()) > 0:
+        w = w2.astype(np.int64)
+        if bool((pos + w > lim).any()):
+            raise _Bad(f"{what} varint runs past the record")
+        return _VARINT2_VALUE[idx].astype(np.int64), w
+    z = (b & 0x7F).astype(np.uint64)
+    w = np.ones(pos.shape, np.int64)
+    active = np.flatnonzero(b >= 0x80)
+    shift = 7
+    while active.size:
+        if shift >= 7 * max_bytes:
+            raise _Bad(f"{what} varint longer than {max_bytes} bytes")
+        p = pos[active] + w[active]
+        if bool((p >= lim[active]).any()):
+            raise _Bad(f"{what} varint runs past the record")
+        b = d[p]
+        if shift == 63 and bool((b > 1).any()):
+            raise _Bad(f"{what} varlong overflows 64 bits")
+        z[active] |= (b & 0x7F).astype(np.uint64) << shift
+        w[active] += 1
+        active = active[b >= 0x80]
+        shift += 7
+    if max_bytes <= 5 and shift > 28 and bool((z >> 32).any()):
+        raise _Bad(f"{what} varint does not fit in 32 bits")
+    vals: I64 = (z >> 1).astype(np.int64) ^ -(z & 1).astype(np.int64)
+    return vals, w
+
+
+def _parse_headers(data: bytes, p: int, end: int, count: int) -> tuple[tuple[str, bytes | None], ...]:
+    if count * 2 > end - p:
+        raise _Bad(f"header count {count} exceeds the record")
+    out: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        klen, p = decode_varint(data, p, 5)
+        if klen < 0 or p + klen > end:
+            raise _Bad(f"invalid header key length {klen}")
+        try:
+            key = data[p : p + klen].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Bad("header key is not valid UTF-8") from None
+        p += klen
+        vlen, p = decode_varint(data, p, 5)
+        if vlen < -1 or p + vlen > end:
+            raise _Bad(f"invalid header value length {vlen}")
+        if vlen < 0:
+            out.append((key, None))
+        else:
+            out.append((key, data[p : p + vlen]))
+            p += vlen
+    if p != end:
+        raise _Bad("record headers do not end at the record's end")
+    return tuple(out)
+
+
+def decode_records(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    max_decompressed: int = 64 * 1024 * 1024,
+) -> DecodedRecords:
+    """Decompress (bounded by ``max_decompressed``) and fully validate the records of the
+    batch at ``pos`` (see reliability.md section 3.2); columns of the result are per record.
+
+    The CRC is not checked here (:func:`next_batch` does). For LogAppendTime batches every
+    timestamp is maxTimestamp. Any violation is CorruptBatchError with ``position=pos``.
+    """
+    end = pos + header.size
+    if end > len(buf):
+        raise CorruptBatchError("batch extends past the end of the data", position=pos)
+    n = header.records_count
+    codec = header.attributes & COMPRESSION_MASK
+    if codec > Compression.ZSTD:
+        raise UnsupportedFormatError(f"unknown compression codec id {codec}", position=pos)
+    with memoryview(buf) as mv, mv[pos + HEADER_SIZE : end] as section:
+        raw = bytes(section)  # no view of the caller's buffer (an mmap) outlives this call
+    if codec != Compression.NONE and (n or raw):
+        try:
+            raw = decompress(codec, raw, max_size=max_decompressed)
+        except CorruptBatchError as e:
+            raise type(e)(str(e), position=pos) from e
+    data = raw
+    try:
+        return _decode(data, n, header)
+    except (_Bad, CorruptBatchError) as e:
+        raise CorruptBatchError(str(e), position=pos) from None
+    except (IndexError, ValueError, OverflowError, UnicodeDecodeError) as e:
+        raise CorruptBatchError(f"malformed records: {e}", position=pos) from None
+
+
+def _decode(data: bytes, n: int, header: BatchHeader) -> DecodedRecords:
+    size = len(data)
+    if n == 0:
+        if size:
+            raise _Bad("bytes after the last record")
+        return DecodedRecords(
+            data, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I32, _EMPTY_I64, _EMPTY_I32, None
+        )
+    if n * _MIN_RECORD > size:
+        raise _Bad(f"records count {n} cannot fit in {size} bytes")
+    starts, stop = _walk(data, n)
+    if stop != size:
+        raise _Bad("records do not end at the end of the batch")
+    starts.append(stop)
+    chain = np.array(starts, np.int64)  # strictly increasing from 0 (see _walk)
+    rs = chain[:-1]
+    ends = chain[1:]
+    d = np.frombuffer(data, np.uint8)
+
+    rec_len, w_len = _read_varints(d, rs, ends, 5, "length")
+    bs = rs + w_len
+    if bool((bs + rec_len != ends).any()) or int(rec_len.min()) < _MIN_BODY:
+        raise _Bad("invalid record length")
+    # attributes byte at bs is unused; fields follow
+    tsd, w = _read_varints(d, bs + 1, ends, 10, "timestampDelta")
+    p = bs + 1 + w
+    od, w = _read_varints(d, p, ends, 5, "offsetDelta")
+    p += w
+    if int(od.min()) < 0 or int(od.max()) > header.last_offset_delta:
+        raise _Bad("offset delta outside [0, lastOffsetDelta]")
+    kl, w = _read_varints(d, p, ends, 5, "keyLength")
+    kp = p + w
+    if int(kl.min()) < -1:
+        raise _Bad("negative key length")
+    p = kp + np.maximum(kl, 0)
+    vl, w = _read_varints(d, p, ends, 5, "valueLength")
+    vp = p + w
+    if int(vl.min()) < -1:
+        raise _Bad("negative value length")
+    p = vp + np.maximum(vl, 0)
+    hc, w = _read_varints(d, p, ends, 5, "headersCount")
+    p += w
+    if int(hc.min()) < 0:
+        raise _Bad("negative headers count")
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
+    if int(hc.max()) == 0:
+        if bool((p != ends).any()):
+            raise _Bad("record does not consume exactly its length")
+    else:
+        has = hc > 0
+        if bool((p[~has] != ends[~has]).any()):
+            raise _Bad("record does not consume exactly its length")
+        headers = [()] * n
+        for i, hp, he, cnt in zip(
+            np.flatnonzero(has).tolist(), p[has].tolist(), ends[has].tolist(), hc[has].tolist(),
+            strict=True,
+        ):
+            headers[i] = _parse_headers(data, hp, he, cnt)
+
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        timestamps = np.full(n, header.max_timestamp, np.int64)
+    else:
+        timestamps = tsd + np.int64(header.base_timestamp)
+    return DecodedRecords(
+        data,
+        od + np.int64(header.base_offset),
+        timestamps,
+        kp,
+        kl.astype(np.int32),
+        vp,
+        vl.astype(np.int32),
+        headers,
+    )
+
+
+# --------------------------------------------------------------------------- control records
+
+CONTROL_ABORT: Final = 0
+CONTROL_COMMIT: Final = 1
+
+
+def decode_control_record(key: bytes | None) -> tuple[int, int]:
+    """(version, type) of a control record key; CorruptBatchError if shorter than 4 bytes or
+    the version is negative. Types: 0 ABORT, 1 COMMIT, 2-6 KRaft, others unknown (ignore)."""
+    if key is None or len(key) < 4:
+        raise CorruptBatchError("control record key shorter than 4 bytes")
+    version, kind = _CONTROL_KEY.unpack_from(key, 0)
+    if version < 0:
+        raise CorruptBatchError(f"negative control record version {version}")
+    return version, kind
+
+
+def control_record(kind: int, coordinator_epoch: int = 0) -> tuple[bytes, bytes]:
+    """(key, value) of an end-transaction marker record (``kind`` 0 ABORT / 1 COMMIT)."""
+    return _CONTROL_KEY.pack(0, kind), _END_TXN_VALUE.pack(0, coordinator_epoch)
+
+
+# --------------------------------------------------------------------------- Arrow helper
+
+
+def gather_binary(
+    data: bytes, pos: npt.NDArray[np.int64], lens: npt.NDArray[np.int32] | npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+    """Arrow ``binary`` buffers of byte ranges of ``data``: (int32 offsets of length n+1,
+    contiguous uint8 values of the non-null items, validity mask). ``lens`` -1 = null."""
+    lens64 = np.asarray(lens, np.int64)
+    pos64 = np.asarray(pos, np.int64)
+    valid = lens64 >= 0
+    sizes = np.where(valid, lens64, 0)
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    total = int(offsets[-1])
+    if total > _INT32_MAX:
+        raise ValueError("binary column larger than 2 GiB; use large_binary")
+    src = np.frombuffer(data, np.uint8)
+    if total == 0:
+        values = np.empty(0, np.uint8)
+    else:
+        idx = np.repeat(pos64 - offsets[:-1], sizes) + np.arange(total, dtype=np.int64)
+        values = src[idx]
+    return offsets.astype(np.int32), values, valid

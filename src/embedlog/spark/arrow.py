@@ -1,0 +1,195 @@
+"""Decoded record batches -> ``pyarrow.RecordBatch`` columns, without a Python loop per row.
+
+:class:`ArrowBatcher` collects the ``DecodedRecords`` of successive Kafka batches of one
+partition and emits Arrow batches of about ``batch_rows`` rows (spark.md: 16-64k rows is the
+fast range; 256k is twice as slow). Columns are built from the decoder's numpy arrays:
+``offset`` and ``timestamp`` are views, ``key``/``value`` one copy each (see :func:`_binary`),
+``topic``/``partition`` constants. Only the
+columns of the requested schema are built, so a subset schema skips the key/value copies.
+``headers`` is the one column built from Python objects, and only for records that have headers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["ArrowBatcher", "records_to_batch", "slice_records"]
+
+
+
+class ArrowBatcher:
+    """Accumulates one partition's decoded batches and yields ``RecordBatch``es of
+    ``schema`` (whose field order and names follow ``columns``)."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        columns: Sequence[str],
+        schema: pa.Schema,
+        batch_rows: int,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.columns = tuple(columns)
+        self.schema = schema
+        self.batch_rows = batch_rows
+        self._pending: list[tuple[int, Any]] = []
+        self._rows = 0
+
+    def add(self, timestamp_type: int, records: Any) -> Iterator[pa.RecordBatch]:
+        """Queue one Kafka batch's records; yield every full Arrow batch now available."""
+        n = len(records)
+        start = 0
+        while n - start > 0:
+            take = min(n - start, self.batch_rows - self._rows)
+            part = records if take == n else slice_records(records, start, start + take)
+            self._pending.append((timestamp_type, part))
+            self._rows += take
+            start += take
+            if self._rows >= self.batch_rows:
+                yield self._emit()
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        """Yield what is left (nothing if empty)."""
+        if self._rows:
+            yield self._emit()
+
+    def _emit(self) -> pa.RecordBatch:
+        batch = records_to_batch(
+            self._pending, self.topic, self.partition, self.columns, self.schema
+        )
+        self._pending, self._rows = [], 0
+        return batch
+
+
+def slice_records(records: Any, lo: int, hi: int) -> Any:
+    """Rows ``[lo, hi)`` of a ``DecodedRecords`` (views; ``data`` is shared)."""
+    heads = records.headers
+    return dataclasses.replace(
+        records,
+        offsets=records.offsets[lo:hi],
+        timestamps=records.timestamps[lo:hi],
+        key_pos=records.key_pos[lo:hi],
+        key_len=records.key_len[lo:hi],
+        value_pos=records.value_pos[lo:hi],
+        value_len=records.value_len[lo:hi],
+        headers=None if heads is None else heads[lo:hi],
+    )
+
+
+def records_to_batch(
+    chunks: Sequence[tuple[int, Any]],
+    topic: str,
+    partition: int,
+    columns: Sequence[str],
+    schema: pa.Schema,
+) -> pa.RecordBatch:
+    """One ``RecordBatch`` from ``(timestamp_type, DecodedRecords)`` chunks of one partition."""
+    n = sum(len(r) for _, r in chunks)
+    arrays = [_column(name, chunks, topic, partition, n, schema.field(i).type)
+              for i, name in enumerate(columns)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _column(
+    name: str,
+    chunks: Sequence[tuple[int, Any]],
+    topic: str,
+    partition: int,
+    n: int,
+    arrow_type: pa.DataType,
+) -> pa.Array:
+    if name == "offset":
+        return pa.array(_concat([r.offsets for _, r in chunks], np.int64), type=pa.int64())
+    if name == "timestamp":
+        millis = _concat([r.timestamps for _, r in chunks], np.int64)
+        return pa.array(millis * 1000, type=pa.int64()).view(arrow_type)
+    if name == "partition":
+        return pa.array(np.full(n, partition, dtype=np.int32), type=pa.int32())
+    if name == "topic":
+        return pa.repeat(pa.scalar(topic, type=pa.string()), n)
+    if name == "timestampType":
+        types = np.concatenate([np.full(len(r), t, dtype=np.int32) for t, r in chunks])
+        return pa.array(types, type=pa.int32())
+    if name in ("key", "value"):
+        return _concat_arrays([_binary(r, name) for _, r in chunks], pa.binary())
+    if name == "headers":
+        return _concat_arrays([_headers(r, arrow_type) for _, r in chunks], arrow_type)
+    raise ValueError(f"unknown column {name!r}")
+
+
+def _concat(parts: list[Any], dtype: type[np.generic]) -> Any:
+    return parts[0].astype(dtype, copy=False) if len(parts) == 1 else np.concatenate(parts)
+
+
+def _concat_arrays(parts: list[pa.Array], arrow_type: pa.DataType) -> pa.Array:
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_arrays(parts) if parts else pa.array([], type=arrow_type)
+
+
+def _binary(records: Any, which: str) -> pa.Array:
+    """The key or value column of one decoded batch as an Arrow ``binary`` array.
+
+    Item ``i`` lies at ``data[pos[i] : pos[i] + len[i]]`` and items are in increasing position
+    order, so ``data`` viewed as a ``2n``-item binary array -- item, gap to the next item,
+    item, ... -- is valid Arrow with no copy; taking the even items is one C++ memcpy pass
+    (about 10x faster than a numpy fancy-index gather).
+    """
+    if which == "key":
+        pos, lens = records.key_pos, records.key_len
+    else:
+        pos, lens = records.value_pos, records.value_len
+    n = len(lens)
+    if n == 0:
+        return pa.array([], type=pa.binary())
+    valid = lens >= 0
+    nulls = n - int(np.count_nonzero(valid))
+    if nulls == 0:
+        starts, ends = pos, pos + lens
+    else:  # a null item becomes an empty one at the previous item's end
+        ends = pos + np.maximum(lens, 0)
+        prev = np.maximum.accumulate(np.where(valid, ends, 0))
+        prev = np.concatenate((np.zeros(1, dtype=prev.dtype), prev[:-1]))
+        starts, ends = np.where(valid, pos, prev), np.where(valid, ends, prev)
+    bounds = np.empty(2 * n + 1, dtype=np.int32)
+    bounds[0 : 2 * n : 2] = starts
+    bounds[1 : 2 * n : 2] = ends
+    bounds[2 * n] = ends[-1]
+    bitmap = None
+    if nulls:
+        wide_valid = np.ones(2 * n, dtype=bool)
+        wide_valid[0::2] = valid
+        bitmap = pa.py_buffer(np.packbits(wide_valid, bitorder="little"))
+    wide = pa.Array.from_buffers(
+        pa.binary(), 2 * n, [bitmap, pa.py_buffer(bounds), pa.py_buffer(records.data)],
+        null_count=nulls,
+    )
+    return wide.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+
+
+def _headers(records: Any, arrow_type: pa.DataType) -> pa.Array:
+    """``list<struct<key, value>>``: null for a record without headers, as Spark's Kafka
+    source does."""
+    n = len(records)
+    heads = records.headers
+    if heads is None:
+        return pa.nulls(n, type=arrow_type)
+    lengths = np.fromiter((len(h) if h else 0 for h in heads), dtype=np.int32, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    keys = [k for h in heads if h for k, _ in h]
+    values = [v for h in heads if h for _, v in h]
+    struct_type = arrow_type.value_type
+    items = pa.StructArray.from_arrays(
+        [pa.array(keys, type=pa.string()), pa.array(values, type=pa.binary())],
+        fields=list(struct_type),
+    )
+    mask = pa.array(lengths == 0)
+    return pa.ListArray.from_arrays(pa.array(offsets), items, type=arrow_type, mask=mask)

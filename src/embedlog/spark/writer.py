@@ -1,0 +1,274 @@
+"""``df.write.format("embedlog").mode("append").save(path)``: append rows as records.
+
+Columns, as Spark's Kafka sink expects them: ``value`` (binary or string, required; null =
+tombstone), ``key`` (binary or string), ``topic`` (string; the ``topic`` option overrides it),
+``partition`` (int; else Kafka's key-hash partitioner), ``headers``
+(``array<struct<key: string, value: binary>>``) and ``timestamp`` (timestamp; else append time).
+Other columns are ignored, as Kafka's sink does.
+
+Only the process holding the log's writer lock may append, so executors never touch the log:
+
+1. each task writes its rows to an Arrow IPC file under ``<log>/.spark-staging/<job>/`` and
+   returns the file name in its commit message;
+2. the driver's :meth:`EmbedlogWriter.commit` first checks every staged row (topic exists,
+   partition in range), then appends them through one writer in task order, and removes the
+   staging folder;
+3. :meth:`EmbedlogWriter.abort` only removes the staging folder.
+
+So a failed job, or a bad row anywhere, leaves the log untouched. (A crash of the driver in the
+middle of step 2 can leave a prefix of the job appended, as a crashed Kafka producer can.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from ..errors import InvalidConfigError, UnknownTopicError
+from ..log import Log
+from ..log import open as open_log
+from .options import WriteOptions
+from .scan import reader_log
+from .schema import HEADERS_TYPE
+
+__all__ = ["EmbedlogWriter", "StagedFile"]
+
+STAGING_DIR = ".spark-staging"
+"""Folder under the log directory for rows not yet committed (never a topic name)."""
+APPEND_BYTES = 512 * 1024
+"""Target key+value bytes per ``append_batch`` call: well under ``max.message.bytes``."""
+
+_STRINGY = (BinaryType(), StringType())
+
+
+@dataclass(frozen=True)
+class StagedFile(WriterCommitMessage):  # type: ignore[misc]
+    """What one write task staged: an Arrow IPC file of its rows."""
+
+    path: str
+    rows: int
+    task: int
+
+
+class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """Stages rows on executors and appends them on the driver at commit."""
+
+    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise InvalidConfigError(
+                "mode: the embedlog sink only appends; use .mode('append')"
+            )
+        self.options = options
+        self.columns = _check_schema(schema, options.topic is not None)
+        if not os.path.isdir(options.path):
+            raise InvalidConfigError(f"path: no log directory at {options.path}")
+        if options.topic is not None and options.topic not in reader_log(options.path).topics():
+            raise UnknownTopicError(
+                f"topic: {options.topic!r} does not exist in {options.path}; create it first "
+                "(embedlog.open(path).create_topic(...))"
+            )
+        self.staging = os.path.join(options.path, STAGING_DIR, uuid.uuid4().hex)
+
+    # -- executors ---------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+        os.makedirs(self.staging, exist_ok=True)
+        final = os.path.join(self.staging, f"part-{task:05d}-{uuid.uuid4().hex}.arrow")
+        tmp = final + ".tmp"
+        rows = 0
+        writer: pa.ipc.RecordBatchFileWriter | None = None
+        try:
+            for batch in iterator:
+                batch = pa.RecordBatch.from_arrays(
+                    batch.select([orig for orig, _ in self.columns]).columns,
+                    names=[name for _, name in self.columns],
+                )
+                if writer is None:
+                    writer = pa.ipc.new_file(tmp, batch.schema)
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            return StagedFile("", 0, task)
+        os.replace(tmp, final)
+        return StagedFile(final, rows, task)
+
+    # -- driver ------------------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        staged = sorted(
+            (m for m in messages if isinstance(m, StagedFile) and m.rows),
+            key=lambda m: (m.task, m.path),
+        )
+        try:
+            if staged:
+                with open_log(self.options.path) as log:
+                    for m in staged:
+                        self._validate(log, pa.ipc.open_file(m.path).read_all())
+                    for m in staged:
+                        self._append(log, pa.ipc.open_file(m.path).read_all())
+        finally:
+            self._cleanup()
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        with contextlib.suppress(OSError):  # drop the parent too when no other job is staging
+            os.rmdir(os.path.dirname(self.staging))
+
+    def _topic_column(self, table: pa.Table) -> pa.ChunkedArray | None:
+        return None if self.options.topic is not None else table.column("topic")
+
+    def _validate(self, log: Log, table: pa.Table) -> None:
+        topics = set(log.topics())
+        names: list[str | None]
+        if self.options.topic is not None:
+            names = [self.options.topic]
+        else:
+            names = pc.unique(table.column("topic")).to_pylist()
+        for name in names:
+            if name is None:
+                raise InvalidConfigError(
+                    "topic: a row has a null topic column and no 'topic' option is set"
+                )
+            if name not in topics:
+                raise UnknownTopicError(f"topic {name!r} does not exist in {self.options.path}")
+        if "partition" in table.column_names:
+            col = table.column("partition")
+            if col.null_count < len(col) and len(col):
+                lo, hi = pc.min(col).as_py(), pc.max(col).as_py()
+                limit = min(log.partition_count(n) for n in names if n is not None)
+                if lo < 0 or hi >= limit:
+                    raise InvalidConfigError(
+                        f"partition: values {lo}..{hi} are outside 0..{limit - 1}"
+                    )
+
+    def _append(self, log: Log, table: pa.Table) -> None:
+        table = table.combine_chunks()
+        groups: dict[tuple[str, int | None], pa.Table] = {}
+        topics = self._topic_column(table)
+        parts = table.column("partition") if "partition" in table.column_names else None
+        names: list[str] = (
+            [self.options.topic] if self.options.topic is not None
+            else pc.unique(topics).to_pylist()
+        )
+        for topic in names:
+            mask = None if topics is None else pc.equal(topics, topic)
+            sub = table if mask is None else table.filter(mask)
+            if parts is None:
+                groups[(topic, None)] = sub
+                continue
+            pcol = sub.column("partition")
+            for p in pc.unique(pcol).to_pylist():
+                pmask = pc.is_null(pcol) if p is None else pc.fill_null(pc.equal(pcol, p), False)
+                groups[(topic, p)] = sub.filter(pmask)
+        for (topic, partition), sub in groups.items():
+            for lo, hi in _chunks(sub):
+                _append_rows(log, topic, partition, sub.slice(lo, hi - lo))
+
+
+def _append_rows(log: Log, topic: str, partition: int | None, rows: pa.Table) -> None:
+    values = _binary_list(rows.column("value"))
+    keys = _binary_list(rows.column("key")) if "key" in rows.column_names else None
+    headers = None
+    if "headers" in rows.column_names:
+        headers = [
+            None if h is None else [(e["key"], e["value"]) for e in h]
+            for h in rows.column("headers").to_pylist()
+        ]
+    timestamps: int | list[int] | None = None
+    if "timestamp" in rows.column_names:
+        micros = rows.column("timestamp").cast(pa.int64())
+        if micros.null_count:
+            micros = pc.fill_null(micros, time.time_ns() // 1000)
+        timestamps = (micros.to_numpy() // 1000).tolist()
+    log.append_batch(topic, values, keys=keys, headers=headers, timestamps=timestamps,
+                     partition=partition)
+
+
+def _binary_list(col: pa.ChunkedArray) -> list[bytes | None]:
+    if col.type == pa.string():
+        col = col.cast(pa.binary())
+    out: list[bytes | None] = col.to_pylist()
+    return out
+
+
+def _chunks(table: pa.Table) -> Iterator[tuple[int, int]]:
+    """Row ranges of about :data:`APPEND_BYTES` key+value bytes each."""
+    n = table.num_rows
+    sizes = np.zeros(n, dtype=np.int64)
+    for name in ("key", "value"):
+        if name in table.column_names:
+            col = table.column(name)
+            lengths = pc.binary_length(col) if col.type != pa.string() else pc.utf8_length(col)
+            sizes += pc.fill_null(lengths, 0).to_numpy(zero_copy_only=False)
+    cum = np.cumsum(sizes + 64)  # 64 ~ per-record overhead
+    lo = 0
+    while lo < n:
+        base = cum[lo - 1] if lo else 0
+        hi = int(np.searchsorted(cum, base + APPEND_BYTES, side="right"))
+        hi = max(hi, lo + 1)
+        yield lo, min(hi, n)
+        lo = hi
+
+
+def _check_schema(schema: StructType, topic_option: bool) -> tuple[tuple[str, str], ...]:
+    """``(DataFrame column, sink column)`` pairs the sink uses, checked like Spark's Kafka sink
+    checks them (names case-insensitively)."""
+    fields = {f.name.lower(): f for f in schema.fields}
+    wanted: dict[str, tuple[DataType, ...]] = {
+        "value": _STRINGY,
+        "key": _STRINGY,
+        "topic": (StringType(),),
+        "partition": (IntegerType(),),
+        "headers": (HEADERS_TYPE,),
+        "timestamp": (TimestampType(),),
+    }
+    if "value" not in fields:
+        raise InvalidConfigError("schema: the DataFrame needs a 'value' column (binary or string)")
+    if "topic" not in fields and not topic_option:
+        raise InvalidConfigError(
+            "topic: set .option('topic', ...) or give the DataFrame a 'topic' column"
+        )
+    used: list[tuple[str, str]] = []
+    for name, types in wanted.items():
+        f = fields.get(name)
+        if f is None or (name == "topic" and topic_option):
+            continue
+        if not any(_same_type(f.dataType, t) for t in types):
+            raise InvalidConfigError(
+                f"schema: column {f.name!r} must be "
+                f"{' or '.join(t.simpleString() for t in types)}, not {f.dataType.simpleString()}"
+            )
+        used.append((f.name, name))
+    return tuple(used)
+
+
+def _same_type(a: DataType, b: DataType) -> bool:
+    return bool(a.simpleString() == b.simpleString())

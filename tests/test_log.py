@@ -1,0 +1,220 @@
+"""The public Log API: topics, append, read, offsets, roll, retention, reopen."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+import embedlog
+from embedlog.partitioner import partition_for_key
+
+from helpers import small_segments
+
+
+def values(n: int, prefix: bytes = b"v") -> list[bytes]:
+    return [prefix + b"%06d" % i for i in range(n)]
+
+
+def test_append_and_read_back(log: embedlog.Log) -> None:
+    log.create_topic("t", partitions=1)
+    metas = [
+        log.append("t", b"a", key=b"k1", headers=[("h", b"1"), ("n", None)], timestamp=1000),
+        log.append("t", None, key=b"k1", timestamp=1001),
+        log.append("t", b"c", timestamp=999),
+    ]
+    assert [m.offset for m in metas] == [0, 1, 2]
+    assert [m.partition for m in metas] == [0, 0, 0]
+    records = list(log.read("t", 0))
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in records] == [
+        (0, b"k1", b"a", 1000),
+        (1, b"k1", None, 1001),
+        (2, None, b"c", 999),
+    ]
+    assert records[0].headers == (("h", b"1"), ("n", None))
+    assert records[2].headers == ()
+    assert records[0].timestamp_type == 0
+    assert log.start_offset("t", 0) == 0 and log.end_offset("t", 0) == 3
+
+
+def test_append_batch_and_read_from_offset(log: embedlog.Log) -> None:
+    log.create_topic("t", config=small_segments())
+    for chunk in range(20):
+        log.append_batch("t", values(50, b"c%02d-" % chunk), partition=0)
+    assert log.end_offset("t", 0) == 1000
+    assert len(log.segments("t", 0)) >= 4
+    expected = [b"c%02d-%06d" % (i // 50, i % 50) for i in range(1000)]
+    for start in (0, 1, 49, 50, 333, 999):
+        got = [r.value for r in log.read("t", 0, start)]
+        assert got == expected[start:]
+    assert [r.offset for r in log.read("t", 0, 10, max_records=3)] == [10, 11, 12]
+    assert [r.offset for r in log.read("t", 0, 10, end_offset=13)] == [10, 11, 12]
+    assert list(log.read("t", 0, 1000)) == []
+
+
+def test_every_codec_round_trips(log: embedlog.Log) -> None:
+    log.create_topic("t")
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        log.append_batch("t", [codec.encode() * 40] * 30, compression=codec)
+    got = [r.value for r in log.read("t", 0)]
+    assert got == [c.encode() * 40 for c in ("none", "gzip", "snappy", "lz4", "zstd") for _ in range(30)]
+
+
+def test_keyed_records_follow_kafka_partitioner(log: embedlog.Log) -> None:
+    log.create_topic("t", partitions=6)
+    keys = [b"user-%d" % i for i in range(200)]
+    for k in keys:
+        meta = log.append("t", b"x", key=k)
+        assert meta.partition == partition_for_key(k, 6)
+    metas = log.append_batch("t", [b"y"] * 200, keys=keys)
+    assert sum(1 for _ in metas) <= 6
+    for p in range(6):
+        for r in log.read("t", p):
+            assert partition_for_key(r.key, 6) == p
+
+
+def test_reopen_keeps_everything(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t", partitions=2, config=small_segments())
+        for i in range(300):
+            log.append("t", b"%d" % i, partition=i % 2)
+    assert (log_dir / ".kafka_cleanshutdown").exists()
+    with embedlog.open(log_dir) as log:
+        assert log.topics() == ["t"]
+        assert log.topic_config("t").segment_bytes == 4096
+        assert [r.value for r in log.read("t", 1)] == [b"%d" % i for i in range(1, 300, 2)]
+        meta = log.append("t", b"more", partition=0)
+        assert meta.offset == 150
+    with embedlog.open(log_dir, read_only=True) as ro:
+        assert ro.end_offset("t", 0) == 151
+
+
+def test_offsets_for_times(log: embedlog.Log) -> None:
+    log.create_topic("t", config=small_segments())
+    for i in range(500):
+        log.append("t", b"x" * 20, timestamp=10_000 + i * 10)
+    assert log.offsets_for_times("t", 0, 0) == 0
+    assert log.offsets_for_times("t", 0, 10_000) == 0
+    assert log.offsets_for_times("t", 0, 10_005) == 1
+    assert log.offsets_for_times("t", 0, 12_340) == 234
+    assert log.offsets_for_times("t", 0, 14_990) == 499
+    assert log.offsets_for_times("t", 0, 15_000) is None
+
+
+def test_delete_records_and_retention(log: embedlog.Log) -> None:
+    log.create_topic("t", config=small_segments(**{"retention.ms": 1000}))
+    for i in range(400):
+        log.append("t", b"x" * 30, timestamp=1_000_000 + i)
+    segs = log.segments("t", 0)
+    assert len(segs) > 3
+    new_start = log.delete_records("t", 0, 100)
+    assert new_start == 100 and log.start_offset("t", 0) == 100
+    assert next(iter(log.read("t", 0))).offset == 100
+    with pytest.raises(embedlog.OffsetOutOfRangeError):
+        list(log.read("t", 0, 50))
+    with pytest.raises(embedlog.OffsetOutOfRangeError):
+        log.delete_records("t", 0, 10_000)
+    assert all(s.base_offset + 0 >= 0 for s in log.segments("t", 0))
+    deleted = log.enforce_retention(now_ms=1_000_000 + 400 + 5000)
+    assert deleted == len(log.segments("t", 0)) + deleted - 1  # all but the active one
+    assert len(log.segments("t", 0)) == 1
+    assert log.start_offset("t", 0) == log.segments("t", 0)[0].base_offset
+    assert log.end_offset("t", 0) == 400
+
+
+def test_retention_bytes(log: embedlog.Log) -> None:
+    log.create_topic("t", config=small_segments(**{"retention.bytes": 8192, "retention.ms": -1}))
+    for _ in range(600):
+        log.append("t", b"y" * 40)
+    log.enforce_retention()
+    sizes = [s.size for s in log.segments("t", 0)]
+    assert sum(sizes) - sizes[0] < 8192
+
+
+def test_retention_survives_reopen(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t", config=small_segments())
+        for _ in range(300):
+            log.append("t", b"z" * 40)
+        log.delete_records("t", 0, 123)
+    with embedlog.open(log_dir) as log:
+        assert log.start_offset("t", 0) == 123
+        assert next(iter(log.read("t", 0))).offset == 123
+
+
+def test_bad_input_errors(log: embedlog.Log) -> None:
+    for bad in ("", ".", "..", "a/b", "../x", "x" * 250, "caf\u00e9", "nul\x00"):
+        with pytest.raises(embedlog.InvalidTopicError):
+            log.create_topic(bad)
+    log.create_topic("t")
+    with pytest.raises(embedlog.TopicExistsError):
+        log.create_topic("t")
+    with pytest.raises(embedlog.UnknownTopicError):
+        log.append("nope", b"x")
+    with pytest.raises(embedlog.UnknownTopicError):
+        log.append("t", b"x", partition=3)
+    with pytest.raises(embedlog.InvalidConfigError):
+        log.create_topic("u", config={"segment.bytes": -5})
+    with pytest.raises(embedlog.InvalidConfigError):
+        log.create_topic("u", config={"no.such.config": 1})
+    with pytest.raises(embedlog.OffsetOutOfRangeError):
+        list(log.read("t", 0, 5))
+    with pytest.raises(embedlog.RecordTooLargeError):
+        log.append("t", b"x" * 2_000_000)
+    log.create_topic("c", config={"cleanup.policy": "compact"})
+    with pytest.raises(embedlog.UsageError):
+        log.append("c", b"keyless")
+
+
+def test_closed_and_read_only(log_dir: pathlib.Path) -> None:
+    log = embedlog.open(log_dir)
+    log.create_topic("t")
+    log.close()
+    log.close()
+    with pytest.raises(embedlog.LogClosedError):
+        log.append("t", b"x")
+    with embedlog.open(log_dir, read_only=True) as ro, pytest.raises(embedlog.ReadOnlyError):
+        ro.append("t", b"x")
+    with pytest.raises(embedlog.UsageError):
+        embedlog.open(log_dir / "missing", read_only=True)
+
+
+def test_second_writer_is_refused(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir):
+        with pytest.raises(embedlog.WriterLockedError):
+            embedlog.open(log_dir)
+        with embedlog.open(log_dir, read_only=True) as ro:
+            assert ro.topics() == []
+    with embedlog.open(log_dir):
+        pass
+
+
+def test_files_are_not_world_writable(log_dir: pathlib.Path) -> None:
+    old = os.umask(0)
+    try:
+        with embedlog.open(log_dir) as log:
+            log.create_topic("t")
+            log.append("t", b"x")
+    finally:
+        os.umask(old)
+    for root, dirs, files in os.walk(log_dir):
+        for name in dirs + files:
+            mode = os.stat(os.path.join(root, name)).st_mode
+            assert not mode & 0o002, name
+
+
+def test_read_only_reader_sees_new_segments(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t", config=small_segments())
+        log.append("t", b"first")
+        ro = embedlog.open(log_dir, read_only=True)
+        assert [r.value for r in ro.read("t", 0)] == [b"first"]
+        for i in range(200):
+            log.append("t", b"n%d" % i)
+        assert ro.end_offset("t", 0) == 201
+        assert len(list(ro.read("t", 0))) == 201
+        log.delete_records("t", 0, 150)
+        log.create_topic("later")
+        assert "later" in ro.topics()
+        ro.close()

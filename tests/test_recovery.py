@@ -1,0 +1,162 @@
+"""Crash recovery on open: torn tails, garbage tails, damaged indexes, sealed-segment damage."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import embedlog
+from helpers import small_segments
+
+
+def build(log_dir: pathlib.Path, n: int = 300, **cfg: object) -> list[bytes]:
+    vals = [b"value-%05d" % i * 3 for i in range(n)]
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t", config=small_segments(**cfg))
+        for v in vals:
+            log.append("t", v, key=v[:8], timestamp=1_000 + len(v))
+    return vals
+
+
+def unclean(log_dir: pathlib.Path) -> None:
+    """Make the next open treat the last close as a crash."""
+    (log_dir / ".kafka_cleanshutdown").unlink(missing_ok=True)
+
+
+def active_log(log_dir: pathlib.Path) -> pathlib.Path:
+    return sorted((log_dir / "t-0").glob("*.log"))[-1]
+
+
+def read_all(log_dir: pathlib.Path) -> list[bytes | None]:
+    with embedlog.open(log_dir) as log:
+        return [r.value for r in log.read("t", 0)]
+
+
+def test_clean_reopen_needs_no_recovery(log_dir: pathlib.Path) -> None:
+    vals = build(log_dir)
+    assert read_all(log_dir) == vals
+
+
+@pytest.mark.parametrize("tail", [b"\x00" * 100, b"\xff" * 7, b"garbage" * 50])
+def test_garbage_tail_is_cut(log_dir: pathlib.Path, tail: bytes) -> None:
+    vals = build(log_dir)
+    unclean(log_dir)
+    seg = active_log(log_dir)
+    size = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(tail)
+    assert read_all(log_dir) == vals
+    assert seg.stat().st_size == size
+    with embedlog.open(log_dir) as log:
+        assert log.append("t", b"after").offset == len(vals)
+    assert read_all(log_dir) == [*vals, b"after"]
+
+
+def test_torn_last_batch_is_cut(log_dir: pathlib.Path) -> None:
+    vals = build(log_dir)
+    unclean(log_dir)
+    seg = active_log(log_dir)
+    data = seg.read_bytes()
+    assert len(data) > 40
+    seg.write_bytes(data[:-5])
+    got = read_all(log_dir)
+    assert got == vals[: len(got)] and len(got) == len(vals) - 1
+
+
+def test_corrupt_crc_in_unflushed_tail_is_cut(log_dir: pathlib.Path) -> None:
+    vals = build(log_dir)
+    unclean(log_dir)
+    seg = active_log(log_dir)
+    data = bytearray(seg.read_bytes())
+    data[-3] ^= 0x40
+    seg.write_bytes(bytes(data))
+    got = read_all(log_dir)
+    assert got == vals[: len(got)] and len(got) == len(vals) - 1
+
+
+def test_missing_and_corrupt_indexes_are_rebuilt(log_dir: pathlib.Path) -> None:
+    vals = build(log_dir, 600)
+    segs = sorted((log_dir / "t-0").glob("*.index"))
+    assert len(segs) > 3
+    segs[1].unlink()
+    segs[2].write_bytes(b"\x7f" * 16)
+    (log_dir / "t-0" / segs[-1].name.replace(".index", ".timeindex")).unlink()
+    unclean(log_dir)
+    with embedlog.open(log_dir) as log:
+        assert [r.value for r in log.read("t", 0)] == vals
+        for start in (0, 77, 301, 599):
+            assert next(log.read("t", 0, start)).value == vals[start]
+        assert log.offsets_for_times("t", 0, 0) == 0
+
+
+def test_sealed_segment_damage_is_an_error_not_a_truncation(log_dir: pathlib.Path) -> None:
+    vals = build(log_dir, 400)
+    sealed = sorted((log_dir / "t-0").glob("*.log"))[1]
+    data = sealed.read_bytes()
+    # Cut at a batch boundary: CRCs cannot see this, the manifest of sealed sizes can.
+    first_len = 12 + int.from_bytes(data[8:12], "big")
+    sealed.write_bytes(data[:first_len])
+    with pytest.raises(embedlog.CorruptionError):
+        embedlog.open(log_dir)
+    sealed.write_bytes(data)
+    assert read_all(log_dir) == vals
+
+
+def test_bit_flip_in_sealed_segment_raises_on_read(log_dir: pathlib.Path) -> None:
+    build(log_dir, 400)
+    sealed = sorted((log_dir / "t-0").glob("*.log"))[1]
+    data = bytearray(sealed.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    sealed.write_bytes(bytes(data))
+    with embedlog.open(log_dir) as log, pytest.raises(embedlog.CorruptionError):
+        list(log.read("t", 0))
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, embedlog
+    path = sys.argv[1]
+    with embedlog.open(path, durability="fsync") as log:
+        if "t" not in log.topics():
+            log.create_topic("t", config={"segment.bytes": 8192})
+        i = log.end_offset("t", 0)
+        print("READY", flush=True)
+        while True:
+            meta = log.append("t", b"payload-%d" % i * 4, key=b"k%d" % i)
+            print("ACK", meta.offset, flush=True)
+            i += 1
+    """
+)
+
+
+def test_kill_minus_9_loses_nothing_acknowledged(log_dir: pathlib.Path) -> None:
+    """A child appends with fsync and prints acknowledgements; SIGKILL it, reopen, check."""
+    acked: set[int] = set()
+    for round_ in range(6):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(log_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+        for _ in range(20 + round_ * 15):
+            line = proc.stdout.readline().split()
+            acked.add(int(line[1]))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for line in proc.stdout:
+            if line.startswith("ACK"):
+                acked.add(int(line.split()[1]))
+        with embedlog.open(log_dir) as log:
+            present = {r.offset: r.value for r in log.read("t", 0)}
+        assert acked <= present.keys()
+        for offset, value in present.items():
+            assert value == b"payload-%d" % offset * 4
+        assert sorted(present) == list(range(len(present)))
