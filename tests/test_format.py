@@ -163,9 +163,16 @@ def test_worked_example_80_bytes() -> None:
 def test_commit_marker_vector() -> None:
     key, value = fmt.control_record(fmt.CONTROL_COMMIT)
     built = encode_batch(
-        [value], keys=[key], timestamps=T0 + 210, base_offset=190, leader_epoch=5,
-        producer_id=7777, producer_epoch=1, is_transactional=True, is_control=True,
-    )  # fmt: skip
+        [value],
+        keys=[key],
+        timestamps=T0 + 210,
+        base_offset=190,
+        leader_epoch=5,
+        producer_id=7777,
+        producer_epoch=1,
+        is_transactional=True,
+        is_control=True,
+    )
     assert built == COMMIT_MARKER
     h = next_batch(COMMIT_MARKER, 0)
     assert h is not None and h.crc == 0xB2183BFD
@@ -180,11 +187,20 @@ def test_commit_marker_vector() -> None:
 @pytest.mark.parametrize(
     ("value", "encoded"),
     [
-        (0, "00"), (-1, "01"), (1, "02"), (-2, "03"), (63, "7e"), (-64, "7f"),
-        (64, "8001"), (300, "d804"), (2**31 - 1, "feffffff0f"), (-(2**31), "ffffffff0f"),
-        (2**63 - 1, "feffffffffffffffff01"), (-(2**63), "ffffffffffffffffff01"),
+        (0, "00"),
+        (-1, "01"),
+        (1, "02"),
+        (-2, "03"),
+        (63, "7e"),
+        (-64, "7f"),
+        (64, "8001"),
+        (300, "d804"),
+        (2**31 - 1, "feffffff0f"),
+        (-(2**31), "ffffffff0f"),
+        (2**63 - 1, "feffffffffffffffff01"),
+        (-(2**63), "ffffffffffffffffff01"),
     ],
-)  # fmt: skip
+)
 def test_varint_examples(value: int, encoded: str) -> None:
     assert encode_varint(value).hex() == encoded
     assert zz(value).hex() == encoded
@@ -232,8 +248,9 @@ def batch_args(draw: st.DrawFn) -> dict[str, object]:
     n = draw(st.integers(0, 20))
     args: dict[str, object] = {
         "values": draw(st.lists(st.none() | st.binary(max_size=200), min_size=n, max_size=n)),
-        "keys": draw(st.none() | st.lists(st.none() | st.binary(max_size=30), min_size=n,
-                                          max_size=n)),
+        "keys": draw(
+            st.none() | st.lists(st.none() | st.binary(max_size=30), min_size=n, max_size=n)
+        ),
         "headers": draw(st.none() | st.lists(st.none() | headers_st, min_size=n, max_size=n)),
         "compression": draw(st.sampled_from(list(Compression))),
         "base_offset": draw(st.integers(0, 2**62)),
@@ -243,7 +260,7 @@ def batch_args(draw: st.DrawFn) -> dict[str, object]:
         "base_sequence": draw(st.integers(-1, 2**31 - 1)),
         "is_transactional": draw(st.booleans()),
         "timestamp_type": draw(st.sampled_from([0, 1])),
-    }  # fmt: skip
+    }
     if draw(st.booleans()):
         args["timestamps"] = draw(st.integers(-(2**40), 2**45))
     else:
@@ -293,8 +310,10 @@ def test_round_trip(args: dict[str, object]) -> None:
     assert h.records_count == n
     assert h.base_offset == args["base_offset"]
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (
-        args["producer_id"], args["producer_epoch"], args["base_sequence"]
-    )  # fmt: skip
+        args["producer_id"],
+        args["producer_epoch"],
+        args["base_sequence"],
+    )
     assert h.is_transactional == args["is_transactional"] and not h.is_control
     r = decode_records(buf, 0, h)
     assert len(r) == n
@@ -330,8 +349,9 @@ def test_round_trip(args: dict[str, object]) -> None:
 def test_numpy_timestamps_and_large_records() -> None:
     big = bytes(range(256)) * 400  # 100 KB: a 3-byte record-length varint
     ts = np.array([0, 2**62, -(2**62), 5], np.int64)  # 10-byte timestamp deltas
-    buf = encode_batch([big, b"", None, b"x" * 70], keys=[b"", None, b"k", b"y" * 9000],
-                       timestamps=ts)
+    buf = encode_batch(
+        [big, b"", None, b"x" * 70], keys=[b"", None, b"k", b"y" * 9000], timestamps=ts
+    )
     r = decode(buf)
     assert r.values() == [big, b"", None, b"x" * 70]
     assert r.keys() == [b"", None, b"k", b"y" * 9000]
@@ -353,8 +373,9 @@ def test_log_append_time_uses_max_timestamp() -> None:
 
 
 def test_delete_horizon_rebases_deltas() -> None:
-    buf = encode_batch([b"a", None], keys=[b"k", b"t"], timestamps=[T0, T0 + 9],
-                       delete_horizon_ms=T0 + 86_400_000)
+    buf = encode_batch(
+        [b"a", None], keys=[b"k", b"t"], timestamps=[T0, T0 + 9], delete_horizon_ms=T0 + 86_400_000
+    )
     h = parse_header(buf)
     assert h.attributes & 0x40 and h.delete_horizon_ms == T0 + 86_400_000
     assert h.base_timestamp == T0 + 86_400_000 and h.max_timestamp == T0 + 9
@@ -364,16 +385,30 @@ def test_delete_horizon_rebases_deltas() -> None:
 
 def test_compaction_style_batch() -> None:
     """Surviving records keep their offsets; lastOffsetDelta keeps the original end."""
-    buf = encode_batch([b"b", b"d"], keys=[b"2", b"4"], timestamps=[10, 12], base_offset=100,
-                       offset_deltas=[1, 3], last_offset_delta=9)
+    buf = encode_batch(
+        [b"b", b"d"],
+        keys=[b"2", b"4"],
+        timestamps=[10, 12],
+        base_offset=100,
+        offset_deltas=[1, 3],
+        last_offset_delta=9,
+    )
     h = parse_header(buf)
     assert (h.last_offset, h.next_offset, h.records_count) == (109, 110, 2)
     assert decode(buf).offsets.tolist() == [101, 103]
 
 
 def test_empty_batch() -> None:
-    buf = encode_batch([], timestamps=[], base_offset=50, last_offset_delta=4, max_timestamp=77,
-                       compression=Compression.ZSTD, producer_id=3, producer_epoch=1)
+    buf = encode_batch(
+        [],
+        timestamps=[],
+        base_offset=50,
+        last_offset_delta=4,
+        max_timestamp=77,
+        compression=Compression.ZSTD,
+        producer_id=3,
+        producer_epoch=1,
+    )
     assert len(buf) == 61
     h = next_batch(buf, 0)
     assert h is not None and h.records_count == 0 and h.base_timestamp == -1
@@ -407,10 +442,12 @@ def test_encode_argument_errors() -> None:
 
 
 def test_header_properties() -> None:
-    h = parse_header(small_batch(compression=Compression.LZ4, base_offset=10,
-                                 is_transactional=True))
+    h = parse_header(
+        small_batch(compression=Compression.LZ4, base_offset=10, is_transactional=True)
+    )
     assert h.compression is Compression.LZ4 and h.is_transactional and not h.is_control
-    assert (h.base_offset, h.last_offset, h.next_offset, h.size) == (10, 12, 13, h.batch_length + 12)
+    assert (h.base_offset, h.last_offset, h.next_offset) == (10, 12, 13)
+    assert h.size == h.batch_length + 12
     assert (h.base_timestamp, h.max_timestamp) == (T0, T0 + 5)
     bad = dataclasses.replace(h, attributes=6)
     with pytest.raises(UnsupportedFormatError):
@@ -639,9 +676,14 @@ def test_hand_built_records_decode() -> None:
     """Non-minimal varints and odd but legal layouts that Kafka's reader accepts."""
     records = (
         rec(b"a", b"b", key_len=b"\x82\x00")  # key length 1 in a two-byte varint
-        + rec(None, None, offset_delta=2, ts_delta=-7,
-              headers=zz(2) + zz(1) + b"x" + zz(-1) + zz(0) + zz(0))
-    )  # fmt: skip
+        + rec(
+            None,
+            None,
+            offset_delta=2,
+            ts_delta=-7,
+            headers=zz(2) + zz(1) + b"x" + zz(-1) + zz(0) + zz(0),
+        )
+    )
     buf = raw_batch(records, 2, last_offset_delta=2)
     r = decode(buf)
     assert r.keys() == [b"a", None] and r.values() == [b"b", None]
@@ -675,7 +717,8 @@ def test_control_records() -> None:
         decode_control_record(None)
     with pytest.raises(CorruptBatchError):
         decode_control_record(struct.pack(">hh", -1, 1))
-    assert fmt.control_record(fmt.CONTROL_ABORT, 3) == (b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x03")
+    key, value = fmt.control_record(fmt.CONTROL_ABORT, 3)
+    assert (key, value) == (b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x03")
 
 
 # --------------------------------------------------------------------------- columns

@@ -408,7 +408,8 @@ class Partition:
         once; segments deleted meanwhile keep being readable through their open descriptors.
         """
         with self.lock:
-            self.refresh()
+            if not self.writable and (start >= self.end_offset or end is None):
+                self.refresh()
             self.check_range(start)
             stop = self.end_offset if end is None else min(end, self.end_offset)
             segs = list(self.segments[self._segment_index(start) :])

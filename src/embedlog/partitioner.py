@@ -61,9 +61,7 @@ def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) 
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
-def partitions_for_keys(
-    keys: Sequence[bytes], num_partitions: int
-) -> npt.NDArray[np.int64]:
+def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> npt.NDArray[np.int64]:
     """:func:`partition_for_key` of every key, vectorised with numpy (keys must be non-null)."""
     _check_partitions(num_partitions)
     n = len(keys)

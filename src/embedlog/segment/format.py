@@ -246,9 +246,9 @@ def encode_varint(value: int) -> bytes:
 _SMALL_VARINTS: Final = tuple(bytes((z,)) for z in range(0x80))
 
 
-def decode_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10) -> tuple[
-    int, int
-]:
+def decode_varint(
+    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10
+) -> tuple[int, int]:
     """Decode a zigzag varint at ``pos``; returns (value, position after it).
 
     CorruptBatchError if it runs past the buffer or exceeds ``max_bytes`` (5 for int32
@@ -303,9 +303,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     if h.records_count < 0:
         raise CorruptBatchError(f"negative records count {h.records_count}", position=pos)
     if h.last_offset_delta < 0:
-        raise CorruptBatchError(
-            f"negative last offset delta {h.last_offset_delta}", position=pos
-        )
+        raise CorruptBatchError(f"negative last offset delta {h.last_offset_delta}", position=pos)
     return h
 
 
@@ -423,13 +421,13 @@ def _put_varints(out: npt.NDArray[np.uint8], pos: I64, z: npt.NDArray[np.uint64]
             p, zz, ww = pos, z, w
         else:
             sel = w > j
-            p, zz, ww = pos[sel] + j, z[sel] >> (7 * j), w[sel]
+            p, zz, ww = pos[sel] + j, z[sel] >> np.uint64(7 * j), w[sel]
         out[p] = (zz & 0x7F) | ((ww > j + 1).astype(np.uint64) << 7)
 
 
-def _rows_to_pieces(flat: npt.NDArray[np.uint8], width: int, row_w: I64, zero_end: I64 | None) -> (
-    list[bytes]
-):
+def _rows_to_pieces(
+    flat: npt.NDArray[np.uint8], width: int, row_w: I64, zero_end: I64 | None
+) -> list[bytes]:
     """Split a row-major (n, width) byte matrix into n bytes objects of lengths ``row_w``.
 
     Rows are zero padded; numpy's fixed-width ``S`` dtype strips trailing zeros, which gives
@@ -447,7 +445,7 @@ def _rows_to_pieces(flat: npt.NDArray[np.uint8], width: int, row_w: I64, zero_en
 def _lengths(items: Sequence[bytes | None], n: int) -> tuple[I64, bool]:
     """(lengths with -1 for None, whether any None)."""
     try:
-        return np.fromiter(map(len, items), np.int64, n), False
+        return np.fromiter(map(len, items), np.int64, n), False  # type: ignore[arg-type]
     except TypeError:
         lens = np.fromiter((-1 if v is None else len(v) for v in items), np.int64, n)
         return lens, True
@@ -522,10 +520,18 @@ def encode_batch(
         if not 0 <= last_offset_delta <= _INT32_MAX:
             raise ValueError(f"last_offset_delta out of range: {last_offset_delta}")
         return _assemble(
-            b"", base_offset, leader_epoch, attrs, last_offset_delta, -1,
+            b"",
+            base_offset,
+            leader_epoch,
+            attrs,
+            last_offset_delta,
+            -1,
             -1 if max_timestamp is None else max_timestamp,
-            producer_id, producer_epoch, base_sequence, 0,
-        )  # fmt: skip
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            0,
+        )
     if not isinstance(values, list):
         values = list(values)
 
@@ -574,10 +580,7 @@ def encode_batch(
             raise ValueError(f"{len(headers)} headers for {n} values")
         if any(headers):
             hsec = [_encode_headers(h) for h in headers]
-    if hsec is None:
-        hl = np.ones(n, np.int64)
-    else:
-        hl = np.fromiter(map(len, hsec), np.int64, n)
+    hl = np.ones(n, np.int64) if hsec is None else np.fromiter(map(len, hsec), np.int64, n)
 
     z_tsd, z_od, z_kl, z_vl = _zigzag(tsd), _zigzag(od), _zigzag(kl), _zigzag(vl)
     w_tsd, w_od, w_kl, w_vl = _widths(z_tsd), _widths(z_od), _widths(z_kl), _widths(z_vl)
@@ -628,18 +631,26 @@ def encode_batch(
         parts[0::3] = pieces_a
         parts[1::3] = values
         parts[2::3] = h_items
-    if v_null or (keyed and k_null):
-        records = b"".join(filter(None, parts))  # type: ignore[arg-type]
-    else:
-        records = b"".join(parts)  # type: ignore[arg-type]
+    # None (null) items carry no bytes: drop them (filter also drops b"", harmlessly)
+    chunks = filter(None, parts) if v_null or (keyed and k_null) else parts
+    records = b"".join(chunks)  # type: ignore[arg-type]
 
     if codec is not Compression.NONE:
         attrs |= codec
         records = compress(codec, records, level=compression_level)
     return _assemble(
-        records, base_offset, leader_epoch, attrs, lod, base_ts, max_ts,
-        producer_id, producer_epoch, base_sequence, n,
-    )  # fmt: skip
+        records,
+        base_offset,
+        leader_epoch,
+        attrs,
+        lod,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        n,
+    )
 
 
 def _assemble(
@@ -661,9 +672,20 @@ def _assemble(
         raise ValueError("batch too large")
     try:
         hdr = HEADER.pack(
-            base_offset, batch_length, leader_epoch, MAGIC, 0, attrs, lod, base_ts, max_ts,
-            producer_id, producer_epoch, base_sequence, count,
-        )  # fmt: skip
+            base_offset,
+            batch_length,
+            leader_epoch,
+            MAGIC,
+            0,
+            attrs,
+            lod,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
     except struct.error as e:
         raise ValueError(f"batch header field out of range: {e}") from None
     tail = hdr[ATTRIBUTES_OFFSET:]
@@ -710,9 +732,7 @@ class DecodedRecords:
             return [None] * n
         ends = (pos + np.maximum(lens, 0)).tolist()
         nulls = (lens < 0).tolist()
-        return [
-            None if z else d[a:b] for a, b, z in zip(pos.tolist(), ends, nulls, strict=True)
-        ]
+        return [None if z else d[a:b] for a, b, z in zip(pos.tolist(), ends, nulls, strict=True)]
 
     def keys(self) -> list[bytes | None]:
         return self._slices(self.key_pos, self.key_len)
@@ -770,14 +790,14 @@ def _walk(data: bytes, n: int) -> tuple[list[int], int]:
     return starts, p
 
 
-def _small_varint_tables() -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int8]]:
+def _small_varint_tables() -> tuple[I64, I64]:
     """Decoded value and width of a varint starting with bytes (b0, b1), indexed by
-    ``b0 | b1 << 8``; width 0 = the varint is longer than two bytes."""
+    ``b0 | b1 << 8``; width 0 = the varint is longer than two bytes. (1 MiB, built once.)"""
     i = np.arange(1 << 16, dtype=np.int64)
     b0, b1 = i & 0xFF, i >> 8
     z = np.where(b0 < 0x80, b0, (b0 & 0x7F) | ((b1 & 0x7F) << 7))
-    width = np.where(b0 < 0x80, 1, np.where(b1 < 0x80, 2, 0)).astype(np.int8)
-    return ((z >> 1) ^ -(z & 1)).astype(np.int32), width
+    width = np.where(b0 < 0x80, 1, np.where(b1 < 0x80, 2, 0))
+    return (z >> 1) ^ -(z & 1), width
 
 
 _VARINT2_VALUE, _VARINT2_WIDTH = _small_varint_tables()
@@ -789,8 +809,9 @@ def _read_varints(
     """Decode one varint per record at ``pos``, each ending at or before ``lim``:
     (values, widths); widths is the int 1 when every varint is a single byte.
 
-    Fast paths: all one byte; all at most two bytes (table lookup). Longer ones go through a
-    loop over byte positions with the records still reading.
+    ``pos`` is increasing (one position inside each of consecutive records). Fast paths: all
+    one byte; all at most two bytes (table lookup). Longer ones go through a loop over byte
+    positions with the records still reading.
     """
     if bool((pos >= lim).any()):
         raise _Bad(f"record too short for its {what}")
@@ -798,15 +819,17 @@ def _read_varints(
     if int(b.max()) < 0x80:
         v = b.astype(np.int64)
         return (v >> 1) ^ -(v & 1), 1
-    idx = d[np.minimum(pos + 1, len(d) - 1)].astype(np.intp)
+    nxt = pos + 1
+    if int(nxt[-1]) >= len(d):
+        nxt = np.minimum(nxt, len(d) - 1)
+    idx = d[nxt].astype(np.intp)
     idx <<= 8
     idx |= b
     w2 = _VARINT2_WIDTH[idx]
     if int(w2.min()) > 0:
-        w = w2.astype(np.int64)
-        if bool((pos + w > lim).any()):
+        if bool((pos + w2 > lim).any()):
             raise _Bad(f"{what} varint runs past the record")
-        return _VARINT2_VALUE[idx].astype(np.int64), w
+        return _VARINT2_VALUE[idx], w2
     z = (b & 0x7F).astype(np.uint64)
     w = np.ones(pos.shape, np.int64)
     active = np.flatnonzero(b >= 0x80)
@@ -830,7 +853,9 @@ def _read_varints(
     return vals, w
 
 
-def _parse_headers(data: bytes, p: int, end: int, count: int) -> tuple[tuple[str, bytes | None], ...]:
+def _parse_headers(
+    data: bytes, p: int, end: int, count: int
+) -> tuple[tuple[str, bytes | None], ...]:
     if count * 2 > end - p:
         raise _Bad(f"header count {count} exceeds the record")
     out: list[tuple[str, bytes | None]] = []
@@ -854,6 +879,28 @@ def _parse_headers(data: bytes, p: int, end: int, count: int) -> tuple[tuple[str
     if p != end:
         raise _Bad("record headers do not end at the record's end")
     return tuple(out)
+
+
+def _decode_headers(
+    data: bytes, p: I64, ends: I64, hc: I64
+) -> list[tuple[tuple[str, bytes | None], ...]] | None:
+    """Header tuples of every record (None if none has headers); ``p`` = each record's position
+    after headersCount, ``hc`` = the counts. Records must end exactly at ``ends``."""
+    has = hc > 0
+    if bool((p[~has] != ends[~has]).any()):
+        raise _Bad("record does not consume exactly its length")
+    if not has.any():
+        return None
+    headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(hc)
+    for i, hp, he, cnt in zip(
+        np.flatnonzero(has).tolist(),
+        p[has].tolist(),
+        ends[has].tolist(),
+        hc[has].tolist(),
+        strict=True,
+    ):
+        headers[i] = _parse_headers(data, hp, he, cnt)
+    return headers
 
 
 def decode_records(
@@ -932,25 +979,15 @@ def _decode(data: bytes, n: int, header: BatchHeader) -> DecodedRecords:
     if int(vl.min()) < -1:
         raise _Bad("negative value length")
     p = vp + np.maximum(vl, 0)
-    hc, w = _read_varints(d, p, ends, 5, "headersCount")
-    p += w
-    if int(hc.min()) < 0:
-        raise _Bad("negative headers count")
     headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
-    if int(hc.max()) == 0:
-        if bool((p != ends).any()):
-            raise _Bad("record does not consume exactly its length")
+    if bool((p + 1 == ends).all()) and not d[p].any():
+        pass  # the common case: every record ends with headersCount 0
     else:
-        has = hc > 0
-        if bool((p[~has] != ends[~has]).any()):
-            raise _Bad("record does not consume exactly its length")
-        headers = [()] * n
-        for i, hp, he, cnt in zip(
-            np.flatnonzero(has).tolist(), p[has].tolist(), ends[has].tolist(), hc[has].tolist(),
-            strict=True,
-        ):
-            headers[i] = _parse_headers(data, hp, he, cnt)
-
+        hc, w = _read_varints(d, p, ends, 5, "headersCount")
+        p = p + w
+        if int(hc.min()) < 0:
+            raise _Bad("negative headers count")
+        headers = _decode_headers(data, p, ends, hc)
     if header.attributes & TIMESTAMP_TYPE_MASK:
         timestamps = np.full(n, header.max_timestamp, np.int64)
     else:

@@ -33,7 +33,8 @@ __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
-READ_CHUNK = 1 << 20  # bytes read per pread while scanning batches
+READ_CHUNK = 1 << 20  # largest pread while scanning batches
+FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +124,10 @@ class Segment:
         """
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
+        chunk = FIRST_CHUNK
         while position < limit:
-            buf = self.pread(position, min(READ_CHUNK, limit - position))
+            buf = self.pread(position, min(chunk, limit - position))
+            chunk = min(chunk * 4, READ_CHUNK)
             p = 0
             while (header := self._next(buf, p, position, verify, max_batch)) is not None:
                 yield buf, p, header
