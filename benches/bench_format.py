@@ -48,9 +48,7 @@ def _info(benchmark: Any, batch: bytes) -> None:
 @pytest.mark.parametrize("codec", CODECS, ids=[c.name.lower() for c in CODECS])
 def test_encode(benchmark: Any, codec: Compression) -> None:
     keys, values, stamps = _records(codec)
-    batch = benchmark(
-        lambda: encode_batch(values, keys=keys, timestamps=stamps, compression=codec)
-    )
+    batch = benchmark(lambda: encode_batch(values, keys=keys, timestamps=stamps, compression=codec))
     _info(benchmark, batch)
 
 

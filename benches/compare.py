@@ -53,7 +53,7 @@ class Bench:
         self.n = n
         self.workdir = workdir
         self.keys, self.values, self.ts = make_records(n)
-        self.payload = sum(len(k) + len(v) for k, v in zip(self.keys, self.values))
+        self.payload = sum(len(k) + len(v) for k, v in zip(self.keys, self.values, strict=True))
 
     def fresh(self, name: str) -> str:
         path = os.path.join(self.workdir, name)
@@ -85,7 +85,7 @@ class Bench:
         t0 = time.perf_counter()
         for i in range(0, self.n, 10_000):
             rows = zip(range(i, i + 10_000), self.ts[i : i + 10_000],
-                       self.keys[i : i + 10_000], self.values[i : i + 10_000])
+                       self.keys[i : i + 10_000], self.values[i : i + 10_000], strict=False)
             with db:
                 db.executemany("INSERT INTO log VALUES (?, ?, ?, ?)", rows)
         rate = self.n / (time.perf_counter() - t0)
@@ -200,7 +200,7 @@ class Bench:
         path = self.fresh("el-open")
         with embedlog.open(path) as log:
             log.create_topic("t", config={"segment.bytes": 1024 * 1024})
-            for i in range(0, 1000):
+            for _ in range(1000):
                 log.append_batch("t", self.values[:100], partition=0)
                 log.roll("t", 0)
         t0 = time.perf_counter()
@@ -224,30 +224,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def want(tag: str) -> bool:
         return only is None or tag in only
 
+    def ratio(name: str, value: float, base: float) -> None:
+        rows.setdefault(name, []).append(value / base)
+
     try:
         for rep in range(args.repeat):
             print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
             raw = rec("raw file write", b.raw_write)
             sql_w = rec("SQLite executemany", b.sqlite_write)
             sql_r = rec("SQLite full scan", b.sqlite_scan)
-            rec("W1 x SQLite", lambda: rec("W1 append_batch", b.el_batch_append) / sql_w)
-            rows.setdefault("W1 x raw", []).append(rows["W1 append_batch"][-1] / raw)
+            w1 = rec("W1 append_batch", b.el_batch_append)
+            ratio("W1 x SQLite", w1, sql_w)
+            ratio("W1 x raw", w1, raw)
             if want("W2"):
-                rec("W2 x SQLite", lambda: rec("W2 append loop", b.el_append_loop) / sql_w)
+                ratio("W2 x SQLite", rec("W2 append loop", b.el_append_loop), sql_w)
             if want("W2p") and hasattr(embedlog.Log, "producer"):
-                rec("W2p x SQLite", lambda: rec("W2p producer.send", b.el_producer_loop) / sql_w)
+                ratio("W2p x SQLite", rec("W2p producer.send", b.el_producer_loop), sql_w)
             if want("R1"):
-                rec("R1 x SQLite", lambda: rec("R1 scan Records", b.el_scan_records) / sql_r)
+                ratio("R1 x SQLite", rec("R1 scan Records", b.el_scan_records), sql_r)
             if want("R2"):
-                rec("R2 x SQLite", lambda: rec("R2 scan columns", b.el_scan_columns) / sql_r)
+                ratio("R2 x SQLite", rec("R2 scan columns", b.el_scan_columns), sql_r)
             if want("L1"):
                 sql_l = rec("SQLite lookup p50 us", b.sqlite_lookup_p50_us)
-                el_l = rec("L1 lookup p50 us", b.el_lookup_p50_us)
-                rows.setdefault("L1 SQLite/embedlog p50", []).append(sql_l / el_l)
+                ratio("L1 SQLite/embedlog p50", sql_l, rec("L1 lookup p50 us", b.el_lookup_p50_us))
             if want("W3"):
                 one = rec("W3 durable 1 thread", lambda: b.el_durable(1, 2000))
-                eight = rec("W3 durable 8 threads", lambda: b.el_durable(8, 1000))
-                rows.setdefault("W3 8 threads / 1 thread", []).append(eight / one)
+                ratio("W3 8 threads / 1 thread",
+                      rec("W3 durable 8 threads", lambda: b.el_durable(8, 1000)), one)
             if want("O1"):
                 rec("O1 open 1000 segments s", b.el_open_1000_segments)
     finally:

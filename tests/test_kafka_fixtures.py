@@ -12,7 +12,9 @@ import embedlog
 kafka_records = pytest.importorskip("kafka.record.memory_records")
 
 
-def kafka_python_records(partition_dir: pathlib.Path) -> list[tuple[int, bytes | None, bytes | None]]:
+def kafka_python_records(
+    partition_dir: pathlib.Path,
+) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every data record of a partition, decoded by kafka-python."""
     out = []
     for seg in sorted(partition_dir.glob("*.log")):
@@ -30,7 +32,11 @@ def kafka_python_records(partition_dir: pathlib.Path) -> list[tuple[int, bytes |
 
 @pytest.mark.parametrize(
     ("fixture", "expected_records"),
-    [("kafka30-multipartition", 3126), ("kafka27-compacted-multiseg", 16), ("cp512-connect-lz4", 582)],
+    [
+        ("kafka30-multipartition", 3126),
+        ("kafka27-compacted-multiseg", 16),
+        ("cp512-connect-lz4", 582),
+    ],
 )
 def test_real_fixture_matches_kafka_python(
     kafka_fixtures: pathlib.Path, fixture: str, expected_records: int

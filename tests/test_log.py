@@ -9,7 +9,6 @@ import pytest
 
 import embedlog
 from embedlog.partitioner import partition_for_key
-
 from helpers import small_segments
 
 
@@ -58,7 +57,8 @@ def test_every_codec_round_trips(log: embedlog.Log) -> None:
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
         log.append_batch("t", [codec.encode() * 40] * 30, compression=codec)
     got = [r.value for r in log.read("t", 0)]
-    assert got == [c.encode() * 40 for c in ("none", "gzip", "snappy", "lz4", "zstd") for _ in range(30)]
+    codecs = ("none", "gzip", "snappy", "lz4", "zstd")
+    assert got == [c.encode() * 40 for c in codecs for _ in range(30)]
 
 
 def test_keyed_records_follow_kafka_partitioner(log: embedlog.Log) -> None:

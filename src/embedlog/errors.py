@@ -26,6 +26,8 @@ __all__ = [
     "LogClosedError",
     "LogPoisonedError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "ProducerFencedError",
     "ReadOnlyError",
     "RecordTooLargeError",
     "StorageError",
@@ -86,6 +88,15 @@ class RecordTooLargeError(UsageError, ValueError):
 
 class GroupError(UsageError):
     """A consumer-group operation is not allowed (e.g. committing a partition not assigned)."""
+
+
+class ProducerFencedError(UsageError):
+    """A batch carries an older epoch of a producer id than one already written (a zombie)."""
+
+
+class OutOfOrderSequenceError(UsageError):
+    """An idempotent producer's batch does not continue its sequence numbers (a gap or a stale
+    retry that is not one of the producer's last batches)."""
 
 
 class LogPoisonedError(UsageError):

@@ -91,9 +91,10 @@ class Log:
     # ------------------------------------------------------------------ open / close
 
     def _open(self) -> None:
-        if not os.path.isdir(self.path):
-            if self.read_only or not self._create or not self._create_root():
-                raise UsageError(f"no log directory at {self.path}")
+        if not os.path.isdir(self.path) and (
+            self.read_only or not self._create or not self._create_root()
+        ):
+            raise UsageError(f"no log directory at {self.path}")
         if os.path.islink(self.path):
             raise UsageError(f"{self.path} is a symlink; open the real directory")
         if self.read_only:
@@ -461,16 +462,13 @@ class Log:
             if len(values) < 2:
                 raise
             half = len(values) // 2
-
-            def part(seq: Any, lo: int, hi: int) -> Any:
-                return None if seq is None or isinstance(seq, int) and seq is ts else seq[lo:hi]
-
-            first = self._write_split(t, p, values[:half], part(keys, 0, half),
-                                      part(headers, 0, half),
-                                      ts if isinstance(ts, int) else ts[:half], codec)
-            return first + self._write_split(t, p, values[half:], part(keys, half, None),
-                                             part(headers, half, None),
-                                             ts if isinstance(ts, int) else ts[half:], codec)
+            out: list[RecordMetadata] = []
+            for lo, hi in ((0, half), (half, len(values))):
+                out += self._write_split(
+                    t, p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
+                    ts if isinstance(ts, int) else ts[lo:hi], codec,
+                )
+            return out
         return [RecordMetadata(t.name, p.partition, header.base_offset, header.max_timestamp)]
 
     def _write(self, t: _Topic, p: Partition, values: Sequence[bytes | None],
@@ -596,6 +594,10 @@ class Log:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
         return f"<embedlog.Log {self.path!r} {mode}{' closed' if self._closed else ''}>"
+
+
+def _cut(seq: Sequence[Any] | None, lo: int, hi: int) -> Any:
+    return None if seq is None else seq[lo:hi]
 
 
 def _non_default(config: TopicConfig) -> dict[str, Any]:

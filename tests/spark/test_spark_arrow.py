@@ -8,7 +8,9 @@ import datetime as dt
 import pytest
 
 pytest.importorskip("pyspark")
-pa = pytest.importorskip("pyarrow")
+pytest.importorskip("pyarrow")
+
+import pyarrow as pa
 
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression

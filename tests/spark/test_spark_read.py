@@ -6,11 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from spark_util import BASE_TS, expected_rows, make_log, project, spark_rows
+
+import embedlog
 
 pytestmark = pytest.mark.spark
-
-import embedlog  # noqa: E402
-from spark_util import BASE_TS, expected_rows, make_log, project, spark_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")

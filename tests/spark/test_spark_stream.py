@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.spark
+import embedlog
 
-import embedlog  # noqa: E402
+pytestmark = pytest.mark.spark
 
 
 def append(path: str, counts: dict[int, int]) -> None:
@@ -75,3 +75,43 @@ def test_retention_below_the_checkpoint(spark: Any, tmp_path: Any) -> None:
     with pytest.raises(Exception, match="failOnDataLoss"):
         run(spark, path, ckpt)
     assert run(spark, path, ckpt, failOnDataLoss="false") == [{0: list(range(40, 50))}]
+
+
+def test_latest_by_default_in_a_running_query(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    append(path, {0: 10, 1: 10})
+    seen: list[int] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        seen.extend(r["offset"] for r in df.select("offset").toArrow().to_pylist())
+
+    query = (spark.readStream.format("embedlog").load(path)  # startingOffsets: latest
+             .writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        assert seen == []
+        append(path, {0: 3})
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted(seen) == [10, 11, 12]
+
+
+def test_stream_from_one_topic_into_another(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    append(path, {0: 25, 1: 15})
+    with embedlog.open(path) as log:
+        log.create_topic("copy", partitions=1)
+    query = (spark.readStream.format("embedlog").option("subscribe", "s")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "25")
+             .load(path).selectExpr("key", "upper(CAST(value AS STRING)) AS value")
+             .writeStream.format("embedlog").option("topic", "copy")
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start(path))
+    query.awaitTermination(120)
+    with embedlog.open(path, read_only=True) as log:
+        copied = sorted(r.value for r in log.read("copy", 0))
+    assert copied == sorted(f"{p}:{o}".upper().encode() for p, n in ((0, 25), (1, 15))
+                            for o in range(n))

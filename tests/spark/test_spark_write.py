@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.spark
+import embedlog
+from embedlog.partitioner import partition_for_key
 
-import embedlog  # noqa: E402
-from embedlog.partitioner import partition_for_key  # noqa: E402
+pytestmark = pytest.mark.spark
 
 UTC = dt.timezone.utc
 SCHEMA = ("key STRING, value BINARY, partition INT, timestamp TIMESTAMP, "

@@ -72,6 +72,8 @@ from embedlog.segment.codecs import Compression, compress, decompress
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "COMPRESSION_MASK",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "CONTROL_MASK",
     "CRC_OFFSET",
     "DELETE_HORIZON_MASK",
@@ -81,6 +83,7 @@ __all__ = [
     "LOG_OVERHEAD",
     "MAGIC",
     "MAGIC_OFFSET",
+    "MIN_BATCH_LENGTH",
     "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_MASK",
     "BatchHeader",
@@ -152,6 +155,9 @@ _MIN_RECORD: Final = 7
 """Smallest encoded record: length, attributes, timestampDelta, offsetDelta, keyLength,
 valueLength and headersCount, one byte each."""
 _MIN_BODY: Final = _MIN_RECORD - 1
+
+_SLACK: Final = 9
+"""Zero bytes after each row of the encoder's varint matrices (see :func:`_put_varints`)."""
 
 _U32: Final = struct.Struct(">I")
 _I64: Final = struct.Struct(">q")
@@ -410,19 +416,33 @@ def _widths(z: npt.NDArray[np.uint64]) -> I64:
     return w
 
 
+_Z14 = np.arange(1 << 14, dtype=np.int64)
+_VARINT2_BYTE0: Final = ((_Z14 & 0x7F) | np.where(_Z14 >= 0x80, 0x80, 0)).astype(np.uint8)
+_VARINT2_BYTE1: Final = (_Z14 >> 7).astype(np.uint8)
+"""First and second byte of the varint of each zigzag value below 2**14 (0 if one byte)."""
+del _Z14
+
+
 def _put_varints(out: npt.NDArray[np.uint8], pos: I64, z: npt.NDArray[np.uint64], w: I64) -> None:
-    """Write varints ``z`` (already zigzagged) of widths ``w`` at positions ``pos`` of ``out``."""
+    """Write varints ``z`` (already zigzagged) of widths ``w`` at positions ``pos`` of ``out``.
+
+    Every varint is written as ``max(w)`` bytes, the ones past its width being 0x00, so no
+    per-width selection is needed: callers write a row's fields left to right (a later field
+    overwrites those zeros) and leave ``max(w) - 1`` bytes of slack at the end of each row.
+    """
     wmax = int(w.max())
     if wmax == 1:
         out[pos] = z
         return
+    if wmax == 2:  # z < 2**14: both bytes from tables
+        out[pos] = _VARINT2_BYTE0[z]
+        out[pos + 1] = _VARINT2_BYTE1[z]
+        return
     for j in range(wmax):
-        if j == 0:
-            p, zz, ww = pos, z, w
-        else:
-            sel = w > j
-            p, zz, ww = pos[sel] + j, z[sel] >> np.uint64(7 * j), w[sel]
-        out[p] = (zz & 0x7F) | ((ww > j + 1).astype(np.uint64) << 7)
+        byte = (z >> np.uint64(7 * j)) & np.uint64(0x7F)
+        if j + 1 < wmax:
+            byte |= (w > j + 1).astype(np.uint64) << np.uint64(7)
+        out[pos + j] = byte
 
 
 def _rows_to_pieces(
@@ -456,6 +476,8 @@ def _encode_headers(hs: Sequence[tuple[str, bytes | None]] | None) -> bytes:
         return b"\x00"
     parts = [encode_varint(len(hs))]
     for k, v in hs:
+        if not isinstance(k, str):
+            raise TypeError(f"header keys must be str, not {type(k).__name__}")
         kb = k.encode("utf-8")
         parts.append(encode_varint(len(kb)))
         parts.append(kb)
@@ -535,17 +557,26 @@ def encode_batch(
     if not isinstance(values, list):
         values = list(values)
 
+    if delete_horizon_ms is not None:
+        attrs |= DELETE_HORIZON_MASK
+    if n == 1 and offset_deltas is None and isinstance(timestamps, int):
+        # The single-record append: no numpy at all.
+        base_ts = timestamps if delete_horizon_ms is None else int(delete_horizon_ms)
+        max_ts = timestamps if max_timestamp is None else int(max_timestamp)
+        lod = 0 if last_offset_delta is None else int(last_offset_delta)
+        if not 0 <= lod <= _INT32_MAX:
+            raise ValueError(f"last_offset_delta {lod} outside [0, {_INT32_MAX}]")
+        records = _encode_records_scalar(values, keys, headers, [timestamps - base_ts], [0])
+        return _finish(records, codec, compression_level, base_offset, leader_epoch, attrs, lod,
+                       base_ts, max_ts, producer_id, producer_epoch, base_sequence, n)
+
     # ---- per-record integers, vectorised
     ts = np.asarray(timestamps, dtype=np.int64)
     if ts.ndim == 0:
         ts = np.full(n, ts, np.int64)
     elif ts.shape != (n,):
         raise ValueError(f"{ts.size} timestamps for {n} records")
-    if delete_horizon_ms is not None:
-        attrs |= DELETE_HORIZON_MASK
-        base_ts = int(delete_horizon_ms)
-    else:
-        base_ts = int(ts[0])
+    base_ts = int(ts[0]) if delete_horizon_ms is None else int(delete_horizon_ms)
     max_ts = int(ts.max()) if max_timestamp is None else int(max_timestamp)
     tsd = ts - np.int64(base_ts)
 
@@ -561,6 +592,81 @@ def encode_batch(
     if not int(od[-1]) <= lod <= _INT32_MAX:
         raise ValueError(f"last_offset_delta {lod} outside [{int(od[-1])}, {_INT32_MAX}]")
 
+    if n <= _SCALAR_MAX_RECORDS:
+        records = _encode_records_scalar(values, keys, headers, tsd.tolist(), od.tolist())
+    else:
+        records = _encode_records_vectorised(values, keys, headers, tsd, od)
+    return _finish(records, codec, compression_level, base_offset, leader_epoch, attrs, lod,
+                   base_ts, max_ts, producer_id, producer_epoch, base_sequence, n)
+
+
+def _finish(
+    records: bytes,
+    codec: Compression,
+    level: int | None,
+    base_offset: int,
+    leader_epoch: int,
+    attrs: int,
+    lod: int,
+    base_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    count: int,
+) -> bytes:
+    """Compress the records section (if a codec is set) and put the header in front."""
+    if codec is not Compression.NONE:
+        attrs |= codec
+        records = compress(codec, records, level=level)
+    return _assemble(records, base_offset, leader_epoch, attrs, lod, base_ts, max_ts,
+                     producer_id, producer_epoch, base_sequence, count)
+
+
+_SCALAR_MAX_RECORDS: Final = 8  # below this, numpy's per-call overhead exceeds a Python loop
+
+
+def _encode_records_scalar(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+    tsd: list[int],
+    od: list[int],
+) -> bytes:
+    """The records section of a small batch, one record at a time."""
+    n = len(values)
+    if keys is not None and len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} values")
+    if headers is not None and len(headers) != n:
+        raise ValueError(f"{len(headers)} headers for {n} values")
+    out = []
+    for i in range(n):
+        key = None if keys is None else keys[i]
+        value = values[i]
+        body = b"".join(
+            (
+                b"\x00",
+                encode_varint(tsd[i]),
+                encode_varint(od[i]),
+                b"\x01" if key is None else encode_varint(len(key)) + bytes(key),
+                b"\x01" if value is None else encode_varint(len(value)) + bytes(value),
+                _encode_headers(headers[i] if headers is not None else None),
+            )
+        )
+        out.append(encode_varint(len(body)))
+        out.append(body)
+    return b"".join(out)
+
+
+def _encode_records_vectorised(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+    tsd: npt.NDArray[np.int64],
+    od: npt.NDArray[np.int64],
+) -> bytes:
+    """The records section of a batch with no per-record Python work except header sections."""
+    n = len(values)
     vl, v_null = _lengths(values, n)
     if keys is None:
         kl = np.full(n, -1, np.int64)
@@ -572,7 +678,7 @@ def encode_batch(
         if not isinstance(keys, list):
             keys = list(keys)
         kl, k_null = _lengths(keys, n)
-        keyed = True
+        keyed = int(kl.max()) >= 0  # all-null keys are laid out like keys=None
 
     hsec: list[bytes] | None = None
     if headers is not None:
@@ -592,17 +698,25 @@ def encode_batch(
 
     # ---- the "A" row of each record: length, attributes, tsDelta, offsetDelta, keyLength
     # (+ valueLength when unkeyed); written into a zero-padded matrix, split into bytes.
-    c_tsd = w_body + 1
+    # Without headers, row i > 0 starts with record i-1's headersCount byte 0x00.
+    if hsec is None:
+        c_body = np.ones(n, np.int64)
+        c_body[0] = 0
+        w_body_end = c_body + w_body
+    else:
+        c_body = None
+        w_body_end = w_body
+    c_tsd = w_body_end + 1
     c_od = c_tsd + w_tsd
     c_kl = c_od + w_od
     row_a = c_kl + w_kl
     if not keyed:
         c_vl = row_a
         row_a = row_a + w_vl
-    wa = int(row_a.max())
+    wa = int(row_a.max()) + _SLACK
     base_a = np.arange(0, n * wa, wa, dtype=np.int64)
     mat_a = np.zeros(n * wa, np.uint8)
-    _put_varints(mat_a, base_a, z_body, w_body)
+    _put_varints(mat_a, base_a if c_body is None else base_a + c_body, z_body, w_body)
     if z_tsd.any():
         _put_varints(mat_a, base_a + c_tsd, z_tsd, w_tsd)
     _put_varints(mat_a, base_a + c_od, z_od, w_od)
@@ -613,44 +727,27 @@ def encode_batch(
     zero_a = np.flatnonzero(last_a == 0) if int(last_a.min()) <= 0 else None
     pieces_a = _rows_to_pieces(mat_a, wa, row_a, zero_a)
 
-    h_items: list[bytes] = [b"\x00"] * n if hsec is None else hsec
+    # ---- interleave: A, [key, B = valueLength], value, [header section]
+    k = 4 if keyed else 2
+    if hsec is not None:
+        k += 1
+    parts: list[bytes | None] = [None] * (k * n + (hsec is None))
+    parts[0::k] = pieces_a if hsec is not None else [*pieces_a, b"\x00"]
     if keyed:
-        wb = int(w_vl.max())
+        wb = int(w_vl.max()) + _SLACK
         mat_b = np.zeros(n * wb, np.uint8)
         _put_varints(mat_b, np.arange(0, n * wb, wb, dtype=np.int64), z_vl, w_vl)
         zero_b = np.flatnonzero(vl == 0) if int(vl.min()) <= 0 else None
-        pieces_b = _rows_to_pieces(mat_b, wb, w_vl, zero_b)
-        parts: list[bytes | None] = [None] * (5 * n)
-        parts[0::5] = pieces_a
-        parts[1::5] = keys  # type: ignore[assignment]
-        parts[2::5] = pieces_b
-        parts[3::5] = values
-        parts[4::5] = h_items
+        parts[1::k] = keys  # type: ignore[assignment]
+        parts[2::k] = _rows_to_pieces(mat_b, wb, w_vl, zero_b)
+        parts[3::k] = values
     else:
-        parts = [None] * (3 * n)
-        parts[0::3] = pieces_a
-        parts[1::3] = values
-        parts[2::3] = h_items
+        parts[1::k] = values
+    if hsec is not None:
+        parts[k - 1 :: k] = hsec
     # None (null) items carry no bytes: drop them (filter also drops b"", harmlessly)
     chunks = filter(None, parts) if v_null or (keyed and k_null) else parts
-    records = b"".join(chunks)  # type: ignore[arg-type]
-
-    if codec is not Compression.NONE:
-        attrs |= codec
-        records = compress(codec, records, level=compression_level)
-    return _assemble(
-        records,
-        base_offset,
-        leader_epoch,
-        attrs,
-        lod,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        n,
-    )
+    return b"".join(chunks)  # type: ignore[arg-type]
 
 
 def _assemble(

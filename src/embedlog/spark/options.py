@@ -37,6 +37,7 @@ __all__ = [
     "SubscribePattern",
     "TopicSelection",
     "WriteOptions",
+    "parse_include_headers",
     "parse_read_options",
     "parse_write_options",
 ]
@@ -252,6 +253,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             _positive_int(opts, "maxBytesPerPartition") or DEFAULT_MAX_PARTITION_BYTES
         ),
     )
+
+
+def parse_include_headers(options: Mapping[str, str]) -> bool:
+    """Just ``includeHeaders`` (what the schema depends on)."""
+    return _bool(_lower(options), "includeHeaders", False)
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

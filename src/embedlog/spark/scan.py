@@ -6,7 +6,8 @@ change, and the active segment is read only up to the end offset chosen at plann
 appending meanwhile does not disturb the read.
 
 Each Python worker keeps its read-only :class:`embedlog.Log` per directory between tasks (Spark
-reuses workers), so opening the directory is paid once per worker, not once per task.
+reuses workers), so opening the directory is paid once per worker, not once per task; planning on
+the driver opens a fresh view each time (:func:`planning_log`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..log import Log
 from ..log import open as open_log
 from .arrow import ArrowBatcher
 
-__all__ = ["ReadTask", "read_task", "reader_log"]
+__all__ = ["ReadTask", "planning_log", "read_task", "reader_log"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,18 @@ _LOGS: dict[tuple[str, int, int], Log] = {}
 _LOGS_LOCK = threading.Lock()
 
 
+def planning_log(path: str) -> Log:
+    """A fresh read-only :class:`Log` for the driver: it sees the current log start offsets
+    and topics (a long-lived read-only view follows new segments, but not a log start moved
+    inside a segment by ``delete_records``). Close it after planning."""
+    if not os.path.isdir(path):
+        raise UsageError(f"no log directory at {path}")
+    return open_log(path, read_only=True)
+
+
 def reader_log(path: str) -> Log:
-    """A cached read-only :class:`Log` for ``path`` (reopened if the directory was replaced)."""
+    """A cached read-only :class:`Log` for executors (reopened if the directory was replaced).
+    Tasks only read offset ranges checked at planning, so the cache may lag slightly."""
     try:
         st = os.stat(path)
     except FileNotFoundError:

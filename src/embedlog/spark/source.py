@@ -17,16 +17,22 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     Filter,
     InputPartition,
 )
 from pyspark.sql.types import StructType
 
-from .options import ReadOptions, parse_read_options, parse_write_options
+from .options import (
+    ReadOptions,
+    parse_include_headers,
+    parse_read_options,
+    parse_write_options,
+)
 from .planning import RangeFilter, plan_batch
 from .pushdown import push_filters
-from .scan import ReadTask, read_task, reader_log
+from .scan import ReadTask, planning_log, read_task
 from .schema import arrow_schema, kafka_schema, resolve_columns
 
 __all__ = ["EmbedlogDataSource", "EmbedlogPushdownReader", "EmbedlogReader"]
@@ -41,8 +47,9 @@ class EmbedlogDataSource(DataSource):  # type: ignore[misc]
         return "embedlog"
 
     def schema(self) -> StructType:
-        opts = parse_read_options(self.options, streaming=False)
-        return kafka_schema(opts.include_headers)
+        # Called for batch and streaming alike, before Spark says which: check only what the
+        # schema depends on; reader() / streamReader() validate the rest.
+        return kafka_schema(parse_include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_read_options(self.options, streaming=False)
@@ -59,6 +66,11 @@ class EmbedlogDataSource(DataSource):  # type: ignore[misc]
 
         return EmbedlogWriter(parse_write_options(self.options), schema, overwrite)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .writer import EmbedlogStreamWriter
+
+        return EmbedlogStreamWriter(parse_write_options(self.options), schema, overwrite)
+
 
 class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
     """Batch reader: plans one task per (partition, segment run) and yields Arrow batches."""
@@ -73,8 +85,8 @@ class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        log = reader_log(opts.path)
-        ranges = plan_batch(log, opts, self._restrict())
+        with planning_log(opts.path) as log:
+            ranges = plan_batch(log, opts, self._restrict())
         return [
             ReadTask(opts.path, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
                      r.size_bytes)

@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
+from ..log import Log
 from .options import ReadOptions
 from .planning import (
     OffsetRange,
@@ -39,7 +40,7 @@ from .planning import (
     select_partitions,
     split_ranges,
 )
-from .scan import ReadTask, read_task, reader_log
+from .scan import ReadTask, planning_log, read_task
 from .schema import arrow_schema, resolve_columns
 
 __all__ = ["EmbedlogStreamReader", "offsets_from_json", "offsets_to_json", "rate_limit"]
@@ -87,20 +88,17 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets (driver) ------------------------------------------------------------------
 
-    def _partitions(self) -> list[TopicPartition]:
-        return select_partitions(reader_log(self.options.path), self.options.selection,
-                                 strict=False)
+    def _partitions(self, log: Log) -> list[TopicPartition]:
+        return select_partitions(log, self.options.selection, strict=False)
 
-    def _latest(self) -> Offsets:
-        log = reader_log(self.options.path)
-        return {tp: log.end_offset(*tp) for tp in self._partitions()}
+    def _latest(self, log: Log) -> Offsets:
+        return {tp: log.end_offset(*tp) for tp in self._partitions(log)}
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         opts = self.options
-        log = reader_log(opts.path)
-        starts = resolve_offsets(
-            log, self._partitions(), opts.starting, side="start", strategy=opts.timestamp_strategy
-        )
+        with planning_log(opts.path) as log:
+            starts = resolve_offsets(log, self._partitions(log), opts.starting, side="start",
+                                     strategy=opts.timestamp_strategy)
         return offsets_to_json(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -111,17 +109,18 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._latest()
+        with planning_log(self.options.path) as log:
+            self._target = self._latest(log)
 
     def latestOffset(
         self, start: dict[str, dict[str, int]], limit: ReadLimit
     ) -> dict[str, dict[str, int]]:
-        log = reader_log(self.options.path)
         begin = offsets_from_json(start)
-        latest = self._latest()
-        for tp in latest:
-            if tp not in begin:  # a new partition starts at its earliest offset
-                begin[tp] = log.start_offset(*tp)
+        with planning_log(self.options.path) as log:
+            latest = self._latest(log)
+            for tp in latest:
+                if tp not in begin:  # a new partition starts at its earliest offset
+                    begin[tp] = log.start_offset(*tp)
         if self._target is not None:  # availableNow: never past the target, nothing new
             latest = {tp: min(off, self._target.get(tp, begin[tp])) for tp, off in latest.items()}
         latest = {tp: max(off, begin[tp]) for tp, off in latest.items()}
@@ -144,14 +143,23 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]]:
-        return offsets_to_json(self._latest())
+        with planning_log(self.options.path) as log:
+            return offsets_to_json(self._latest(log))
 
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> list[InputPartition]:
         opts = self.options
-        log = reader_log(opts.path)
-        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        with planning_log(opts.path) as log:
+            tasks = self._plan(log, offsets_from_json(start), offsets_from_json(end))
+        return [
+            ReadTask(opts.path, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
+                     r.size_bytes)
+            for r in tasks
+        ]
+
+    def _plan(self, log: Log, begin: Offsets, stop: Offsets) -> list[OffsetRange]:
+        opts = self.options
         ranges: list[OffsetRange] = []
         for tp, hi in sorted(stop.items()):
             try:
@@ -171,13 +179,8 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             if hi > lo:
                 ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
-        tasks = split_ranges(log, ranges, max_partition_bytes=opts.max_partition_bytes,
-                             min_partitions=opts.min_partitions)
-        return [
-            ReadTask(opts.path, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
-                     r.size_bytes)
-            for r in tasks
-        ]
+        return split_ranges(log, ranges, max_partition_bytes=opts.max_partition_bytes,
+                            min_partitions=opts.min_partitions)
 
     def _data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:

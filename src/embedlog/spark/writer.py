@@ -32,7 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -46,10 +50,10 @@ from ..errors import InvalidConfigError, UnknownTopicError
 from ..log import Log
 from ..log import open as open_log
 from .options import WriteOptions
-from .scan import reader_log
+from .scan import planning_log
 from .schema import HEADERS_TYPE
 
-__all__ = ["EmbedlogWriter", "StagedFile"]
+__all__ = ["EmbedlogStreamWriter", "EmbedlogWriter", "StagedFile"]
 
 STAGING_DIR = ".spark-staging"
 """Folder under the log directory for rows not yet committed (never a topic name)."""
@@ -80,7 +84,7 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.columns = _check_schema(schema, options.topic is not None)
         if not os.path.isdir(options.path):
             raise InvalidConfigError(f"path: no log directory at {options.path}")
-        if options.topic is not None and options.topic not in reader_log(options.path).topics():
+        if options.topic is not None and not _topic_exists(options.path, options.topic):
             raise UnknownTopicError(
                 f"topic: {options.topic!r} does not exist in {options.path}; create it first "
                 "(embedlog.open(path).create_topic(...))"
@@ -142,55 +146,79 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         with contextlib.suppress(OSError):  # drop the parent too when no other job is staging
             os.rmdir(os.path.dirname(self.staging))
 
-    def _topic_column(self, table: pa.Table) -> pa.ChunkedArray | None:
-        return None if self.options.topic is not None else table.column("topic")
+    def _by_topic(self, table: pa.Table) -> Iterator[tuple[str | None, pa.Table]]:
+        """The rows of each target topic (the ``topic`` option wins over the column)."""
+        if self.options.topic is not None:
+            yield self.options.topic, table
+            return
+        topics = table.column("topic")
+        for name in pc.unique(topics).to_pylist():
+            mask = pc.is_null(topics) if name is None else pc.fill_null(
+                pc.equal(topics, name), False)
+            yield name, table.filter(mask)
 
     def _validate(self, log: Log, table: pa.Table) -> None:
-        topics = set(log.topics())
-        names: list[str | None]
-        if self.options.topic is not None:
-            names = [self.options.topic]
-        else:
-            names = pc.unique(table.column("topic")).to_pylist()
-        for name in names:
-            if name is None:
+        """Raise before anything is appended if a row cannot be written."""
+        known = set(log.topics())
+        for topic, rows in self._by_topic(table):
+            if topic is None:
                 raise InvalidConfigError(
                     "topic: a row has a null topic column and no 'topic' option is set"
                 )
-            if name not in topics:
-                raise UnknownTopicError(f"topic {name!r} does not exist in {self.options.path}")
-        if "partition" in table.column_names:
-            col = table.column("partition")
-            if col.null_count < len(col) and len(col):
+            if topic not in known:
+                raise UnknownTopicError(f"topic {topic!r} does not exist in {self.options.path}")
+            if "partition" in rows.column_names and rows.column("partition").null_count < len(
+                rows
+            ):
+                col = rows.column("partition")
                 lo, hi = pc.min(col).as_py(), pc.max(col).as_py()
-                limit = min(log.partition_count(n) for n in names if n is not None)
-                if lo < 0 or hi >= limit:
+                count = log.partition_count(topic)
+                if lo < 0 or hi >= count:
                     raise InvalidConfigError(
-                        f"partition: values {lo}..{hi} are outside 0..{limit - 1}"
+                        f"partition: values {lo}..{hi} for topic {topic!r} are outside "
+                        f"0..{count - 1}"
                     )
 
     def _append(self, log: Log, table: pa.Table) -> None:
-        table = table.combine_chunks()
-        groups: dict[tuple[str, int | None], pa.Table] = {}
-        topics = self._topic_column(table)
-        parts = table.column("partition") if "partition" in table.column_names else None
-        names: list[str] = (
-            [self.options.topic] if self.options.topic is not None
-            else pc.unique(topics).to_pylist()
-        )
-        for topic in names:
-            mask = None if topics is None else pc.equal(topics, topic)
-            sub = table if mask is None else table.filter(mask)
-            if parts is None:
-                groups[(topic, None)] = sub
-                continue
-            pcol = sub.column("partition")
-            for p in pc.unique(pcol).to_pylist():
-                pmask = pc.is_null(pcol) if p is None else pc.fill_null(pc.equal(pcol, p), False)
-                groups[(topic, p)] = sub.filter(pmask)
-        for (topic, partition), sub in groups.items():
-            for lo, hi in _chunks(sub):
-                _append_rows(log, topic, partition, sub.slice(lo, hi - lo))
+        """Append in row order per (topic, partition); no partition column = Kafka's key
+        partitioner (``append_batch`` without ``partition``)."""
+        for topic, rows in self._by_topic(table.combine_chunks()):
+            assert topic is not None  # checked by _validate
+            if "partition" not in rows.column_names:
+                groups: list[tuple[int | None, pa.Table]] = [(None, rows)]
+            else:
+                pcol = rows.column("partition")
+                groups = [
+                    (p, rows.filter(pc.is_null(pcol) if p is None
+                                    else pc.fill_null(pc.equal(pcol, p), False)))
+                    for p in pc.unique(pcol).to_pylist()
+                ]
+            for partition, sub in groups:
+                for lo, hi in _chunks(sub):
+                    _append_rows(log, topic, partition, sub.slice(lo, hi - lo))
+
+
+class EmbedlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """``writeStream.format("embedlog")``: each micro-batch is staged and committed exactly
+    like a batch write. Delivery is at least once, as with Spark's Kafka sink: a batch replayed
+    after a driver crash between the append and Spark's commit log is appended again."""
+
+    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+        self._writer = EmbedlogWriter(options, schema, overwrite)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+        return self._writer.write(iterator)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        self._writer.commit(messages)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        self._writer.abort(messages)
+
+
+def _topic_exists(path: str, topic: str) -> bool:
+    with planning_log(path) as log:
+        return topic in log.topics()
 
 
 def _append_rows(log: Log, topic: str, partition: int | None, rows: pa.Table) -> None:

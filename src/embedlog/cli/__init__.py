@@ -1,0 +1,22 @@
+"""The ``embedlog`` command line (also ``python -m embedlog``).
+
+Each command lives in its own module; this package wires them to the root group of
+:mod:`embedlog.cli.app`, which owns the shared error policy and exit codes.
+"""
+
+from __future__ import annotations
+
+from .app import cli, main
+from .consume import consume
+from .dump_log import dump_log
+from .offsets import delete_records, get_offsets
+from .perf import perf_test
+from .produce import produce
+from .topics import topics
+from .verify import verify
+
+__all__ = ["cli", "main"]
+
+for _command in (topics, produce, consume, dump_log, get_offsets, delete_records,
+                 verify, perf_test):
+    cli.add_command(_command)

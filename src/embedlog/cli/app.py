@@ -1,0 +1,111 @@
+"""The root ``embedlog`` command group and its error policy.
+
+Every error a user can cause -- a missing topic, a bad offset, a corrupt file, a locked log, an
+unreadable input file -- ends the command with one line on stderr and a non-zero exit code
+(:data:`EXIT_CODES`), never a traceback. ``EMBEDLOG_DEBUG=1`` re-raises the original exception
+instead, for a full traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from ..errors import CorruptionError, EmbedlogError, StorageError
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_CORRUPT",
+    "EXIT_OS",
+    "EXIT_USAGE",
+    "CommandError",
+    "cli",
+    "main",
+]
+
+EXIT_USAGE = 1
+EXIT_CORRUPT = 3
+EXIT_OS = 4
+EXIT_CODES = {
+    0: "success (`verify`: the log is healthy)",
+    EXIT_USAGE: "the request cannot be served: unknown topic, offset out of range, log locked "
+                "by a writer, bad input data, missing file",
+    2: "bad command line: unknown option, missing argument, invalid value",
+    EXIT_CORRUPT: "damaged data: a corrupt batch, index or checkpoint (`verify`, `dump-log`: "
+                  "problems were found)",
+    EXIT_OS: "the operating system failed an operation (EIO, ENOSPC, permission denied)",
+}
+
+
+class CommandError(click.ClickException):
+    """A one-line failure with its exit code (see the module docstring)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def exit_code_for(exc: BaseException) -> int:
+    if isinstance(exc, CorruptionError):
+        return EXIT_CORRUPT
+    if isinstance(exc, StorageError):
+        return EXIT_OS
+    if isinstance(exc, PermissionError):
+        return EXIT_OS
+    return EXIT_USAGE
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, EmbedlogError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror}"
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def fail(exc: BaseException) -> NoReturn:
+    """Turn ``exc`` into a :class:`CommandError` (one line, the right exit code)."""
+    raise CommandError(_one_line(exc), exit_code_for(exc)) from exc
+
+
+class EmbedlogGroup(click.Group):
+    """The root group: translates embedlog and OS errors raised by any subcommand."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (EmbedlogError, OSError) as exc:
+            if isinstance(exc, BrokenPipeError):
+                _quiet_broken_pipe()
+            if os.environ.get("EMBEDLOG_DEBUG") == "1":
+                raise
+            fail(exc)
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """``embedlog consume ... | head``: the reader went away; exit quietly like ``cat``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real file descriptor (a test runner's stream)
+        pass
+    raise SystemExit(141)
+
+
+@click.group(cls=EmbedlogGroup)
+@click.version_option(package_name="embedlog", prog_name="embedlog")
+def cli() -> None:
+    """embedlog: an in-process, file-backed, partitioned commit log whose files are
+    byte-compatible with Apache Kafka's log format.
+
+    Commands that work on a log take --dir PATH (default: $EMBEDLOG_DIR, else ./embedlog-data).
+    Exit codes: 0 ok, 1 bad request, 2 bad command line, 3 damaged data, 4 OS error.
+    """
+
+
+def main() -> None:
+    """Console-script entry point (``embedlog``, ``python -m embedlog``)."""
+    cli(prog_name="embedlog")

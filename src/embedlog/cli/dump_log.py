@@ -1,0 +1,265 @@
+"""``embedlog dump-log FILE...``: print segment files as Kafka's ``kafka-dump-log`` does.
+
+FILE may be a ``.log``, ``.index`` or ``.timeindex`` file, a partition folder, or a whole log
+directory (embedlog's or a Kafka broker's): folders expand to their ``.log`` files in offset
+order. Batch lines use ``kafka-dump-log``'s field names; ``--deep-iteration`` adds a line per
+record and ``--print-data-log`` its key and payload. ``--verify-index`` checks every entry of
+the segment's indexes against the log. The exit code is 3 when anything was invalid (a CRC, a
+record, an incomplete tail, an index entry).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..errors import CorruptBatchError
+from ..index import OffsetIndex, TimeIndex
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_partition_dir
+from ..segment import format as fmt
+from .app import EXIT_CORRUPT, CommandError
+from .jsonbytes import to_json
+from .output import echo_json
+from .segment_check import Batch, LogWalk, check_offset_index, check_time_index, segment_file
+
+__all__ = ["dump_log", "segment_files"]
+
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+CONTROL_TYPES = {fmt.CONTROL_ABORT: "ABORT", fmt.CONTROL_COMMIT: "COMMIT"}
+
+
+def segment_files(path: str) -> list[str]:
+    """``path`` itself if it is a file; else the ``.log`` files of a partition folder, or of
+    every partition folder of a log directory, in (topic, partition, offset) order."""
+    if not os.path.isdir(path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return [path]
+    name = os.path.basename(os.path.normpath(path))
+    if parse_partition_dir(name) is not None:
+        return sorted(os.path.join(path, f) for f in os.listdir(path) if _is_log(f))
+    folders = sorted(
+        (parsed, entry.path)
+        for entry in os.scandir(path)
+        if entry.is_dir() and (parsed := parse_partition_dir(entry.name)) is not None
+    )
+    return [f for _, folder in folders for f in segment_files(folder)]
+
+
+def _is_log(name: str) -> bool:
+    try:
+        return segment_file(name)[2] == LOG_SUFFIX
+    except ValueError:
+        return False
+
+
+def _batch_doc(b: Batch) -> dict[str, Any]:
+    h = b.header
+    seq = h.base_sequence
+    return {
+        "baseOffset": h.base_offset,
+        "lastOffset": h.last_offset,
+        "count": h.records_count,
+        "baseSequence": seq,
+        "lastSequence": seq + h.last_offset_delta if seq >= 0 else -1,
+        "producerId": h.producer_id,
+        "producerEpoch": h.producer_epoch,
+        "partitionLeaderEpoch": h.leader_epoch,
+        "isTransactional": h.is_transactional,
+        "isControl": h.is_control,
+        "deleteHorizonMs": h.delete_horizon_ms,
+        "position": b.position,
+        "timestampType": "LogAppendTime" if h.timestamp_type else "CreateTime",
+        "maxTimestamp": h.max_timestamp,
+        "size": h.size,
+        "magic": h.magic,
+        "compresscodec": CODEC_NAMES.get(h.attributes & fmt.COMPRESSION_MASK, "unknown"),
+        "crc": h.crc,
+        "isvalid": b.error is None,
+        "error": b.error,
+    }
+
+
+def _record_docs(b: Batch, data: bool) -> Iterator[dict[str, Any]]:
+    recs = b.records
+    if recs is None:
+        return
+    seq = b.header.base_sequence
+    for i in range(len(recs)):
+        offset = int(recs.offsets[i])
+        key, value = recs.key(i), recs.value(i)
+        doc: dict[str, Any] = {
+            "offset": offset,
+            "timestamp": int(recs.timestamps[i]),
+            "keySize": -1 if key is None else len(key),
+            "valueSize": -1 if value is None else len(value),
+            "sequence": seq + offset - b.header.base_offset if seq >= 0 else -1,
+            "headerKeys": [k for k, _ in recs.header(i)],
+        }
+        if b.header.is_control:
+            try:
+                _, kind = fmt.decode_control_record(key)
+                doc["endTxnMarker"] = CONTROL_TYPES.get(kind, f"type {kind}")
+            except CorruptBatchError:
+                doc["endTxnMarker"] = "invalid"
+        if data:
+            doc["key"] = to_json(key)
+            doc["payload"] = to_json(value)
+        yield doc
+
+
+def _text(doc: dict[str, Any], fields: Sequence[str]) -> str:
+    def show(v: Any) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, dict):
+            return "base64:" + str(v["base64"])
+        if isinstance(v, list):
+            return "[" + ",".join(str(x) for x in v) + "]"
+        return str(v)
+
+    return " ".join(f"{k}: {show(doc[k])}" for k in fields if k in doc)
+
+
+BATCH_FIELDS = ("baseOffset", "lastOffset", "count", "baseSequence", "lastSequence",
+                "producerId", "producerEpoch", "partitionLeaderEpoch", "isTransactional",
+                "isControl", "deleteHorizonMs", "position", "CreateTime", "LogAppendTime",
+                "size", "magic", "compresscodec", "crc", "isvalid", "error")
+RECORD_FIELDS = ("offset", "CreateTime", "LogAppendTime", "keySize", "valueSize", "sequence",
+                 "headerKeys", "endTxnMarker", "key", "payload")
+
+
+@dataclass
+class _Dump:
+    """One file's dump; ``problems`` counts what makes the exit code 3."""
+
+    as_json: bool
+    deep: bool
+    data: bool
+    verify_index: bool
+    problems: int = 0
+    docs: list[dict[str, Any]] = field(default_factory=list)
+
+    def out(self, line: str) -> None:
+        if not self.as_json:
+            click.echo(line)
+
+    def log_file(self, directory: str, base: int, path: str) -> None:
+        walk = LogWalk(directory, base, decode=self.deep)
+        self.out(f"Dumping {path}")
+        self.out(f"Log starting offset: {base}")
+        batches = []
+        for b in walk:
+            doc = _batch_doc(b)
+            records = list(_record_docs(b, self.data)) if self.deep else []
+            if self.as_json:
+                if self.deep:
+                    doc["records"] = records
+                batches.append(doc)
+            else:
+                # kafka-dump-log's text: "CreateTime: <ts>", empty horizon, no error field
+                ts_type = doc.pop("timestampType")
+                doc[ts_type] = doc.pop("maxTimestamp")
+                if doc["deleteHorizonMs"] is None:
+                    doc["deleteHorizonMs"] = "OptionalLong.empty"
+                if doc["error"] is None:
+                    del doc["error"]
+                self.out(_text(doc, BATCH_FIELDS))
+                for r in records:
+                    r[ts_type] = r.pop("timestamp")
+                    self.out("| " + _text(r, RECORD_FIELDS))
+        self.problems += walk.bad_batches
+        result: dict[str, Any] = {"path": path, "type": "log", "baseOffset": base,
+                                  "batches": batches, "validBytes": walk.valid_bytes,
+                                  "trailingBytes": walk.trailing_bytes,
+                                  "error": str(walk.error) if walk.error else None}
+        if walk.error is not None:
+            self.problems += 1
+            self.out(f"Error: {walk.error}")
+        elif walk.trailing_bytes:
+            self.problems += 1
+            self.out(f"Found {walk.trailing_bytes} invalid bytes at the end of {path} "
+                     f"(an incomplete batch at position {walk.valid_bytes})")
+        if self.verify_index:
+            result["indexProblems"] = self._index_problems(walk)
+        self.docs.append(result)
+
+    def _index_problems(self, walk: LogWalk) -> list[str]:
+        problems: list[str] = []
+        for suffix, check in ((INDEX_SUFFIX, check_offset_index),
+                              (TIMEINDEX_SUFFIX, check_time_index)):
+            path = walk.path[: -len(LOG_SUFFIX)] + suffix
+            if os.path.exists(path):
+                problems += [f"{os.path.basename(path)}: {p}" for p in check(path, walk)]
+        for p in problems:
+            self.out(f"Index mismatch: {p}")
+        if not problems:
+            self.out("Index check: OK")
+        self.problems += len(problems)
+        return problems
+
+    def index_file(self, directory: str, base: int, suffix: str, path: str) -> None:
+        self.out(f"Dumping {path}")
+        entries: list[dict[str, int]] = []
+        if suffix == INDEX_SUFFIX:
+            with OffsetIndex(path, base, writable=False) as idx:
+                rows = idx.entries()
+            for rel, pos in zip(rows["rel"].tolist(), rows["pos"].tolist(), strict=True):
+                entries.append({"offset": base + rel, "position": pos})
+                self.out(f"offset: {base + rel} position: {pos}")
+        else:
+            with TimeIndex(path, base, writable=False) as tidx:
+                rows = tidx.entries()
+            for ts, rel in zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True):
+                entries.append({"timestamp": ts, "offset": base + rel})
+                self.out(f"timestamp: {ts} offset: {base + rel}")
+        result: dict[str, Any] = {"path": path, "type": suffix[1:], "baseOffset": base,
+                                  "entries": entries}
+        if self.verify_index:
+            walk = LogWalk(directory, base, decode=False)
+            for _ in walk:
+                pass
+            check = check_offset_index if suffix == INDEX_SUFFIX else check_time_index
+            problems = check(path, walk)
+            for p in problems:
+                self.out(f"Index mismatch: {p}")
+            if not problems:
+                self.out("Index check: OK")
+            self.problems += len(problems)
+            result["indexProblems"] = problems
+        self.docs.append(result)
+
+
+@click.command("dump-log")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--deep-iteration", is_flag=True, help="Also print one line per record.")
+@click.option("--print-data-log", is_flag=True,
+              help="Also print each record's key and payload (implies --deep-iteration).")
+@click.option("--verify-index", is_flag=True,
+              help="Check every index entry against the log.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
+             verify_index: bool, as_json: bool) -> None:
+    """Print the batches (and records) of segment FILES: .log/.index/.timeindex files,
+    partition folders or log directories, embedlog's or Kafka's."""
+    dump = _Dump(as_json, deep_iteration or print_data_log, print_data_log, verify_index)
+    for arg in files:
+        for path in segment_files(arg):
+            try:
+                directory, base, suffix = segment_file(path)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            if suffix == LOG_SUFFIX:
+                dump.log_file(directory, base, path)
+            else:
+                dump.index_file(directory, base, suffix, path)
+    if as_json:
+        echo_json({"files": dump.docs, "problems": dump.problems})
+    if dump.problems:
+        click.get_current_context().exit(EXIT_CORRUPT)

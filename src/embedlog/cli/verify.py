@@ -1,0 +1,349 @@
+"""``embedlog verify [PATH]``: check a log directory without changing it.
+
+Checked, for an embedlog or a Kafka broker directory (or one partition folder):
+
+* every batch of every segment: framing, CRC-32C, records (full decode), offsets increasing
+  within and across segments, no incomplete tail in a sealed segment;
+* every ``.index`` / ``.timeindex`` entry against its log (:mod:`.segment_check`);
+* sealed segment sizes against ``embedlog.segments``; checkpoint files and ``embedlog.json``
+  parse; every topic's partition folders exist; log start offsets are within the logs.
+
+Severity: an *error* makes the log unhealthy (exit code 3); a *warning* does not: a missing
+index (readers scan the log instead), an incomplete batch at the end of the active segment
+(a crash or a writer mid-append; the next writer open cuts it), files of an interrupted
+compaction or deletion (finished or rolled back on the next writer open). ``--fix`` takes the
+writer lock and rebuilds the indexes reported as broken or missing from their logs; it never
+touches a ``.log`` file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import click
+
+from .. import _io, checkpoint
+from .._platform import WriterLock
+from ..errors import CorruptionError, EmbedlogError
+from ..log import LOG_START, METADATA, RECOVERY_POINT
+from ..log import open as open_log
+from ..naming import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    parse_partition_dir,
+)
+from ..partition import read_manifest
+from ..records import TopicPartition
+from ..segment.segment import Segment, SegmentSettings
+from .app import EXIT_CORRUPT
+from .options import dir_option, json_option
+from .output import echo_json, human_bytes, progressbar
+from .segment_check import LogWalk, check_offset_index, check_time_index, segment_file
+
+__all__ = ["Problem", "Report", "verify", "verify_path"]
+
+CHECKPOINTS = (RECOVERY_POINT, LOG_START, "cleaner-offset-checkpoint",
+               "replication-offset-checkpoint")
+MAX_BATCH_PROBLEMS = 10
+"""Bad batches listed per segment; the rest are counted."""
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass
+class Problem:
+    path: str
+    severity: Severity
+    message: str
+    fixable: bool = False
+    fixed: bool = False
+
+
+@dataclass
+class Report:
+    path: str
+    partitions: int = 0
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not any(p.severity == "error" and not p.fixed for p in self.problems)
+
+    def add(self, path: str, severity: Severity, message: str, fixable: bool = False) -> None:
+        self.problems.append(Problem(path, severity, message, fixable))
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["healthy"] = self.healthy
+        doc["errors"] = sum(p.severity == "error" and not p.fixed for p in self.problems)
+        doc["warnings"] = sum(p.severity == "warning" and not p.fixed for p in self.problems)
+        return doc
+
+
+@dataclass
+class _Partition:
+    directory: str
+    tp: TopicPartition | None
+    settings: SegmentSettings
+
+
+def _partition_folders(root: str) -> tuple[bool, list[str]]:
+    """``(is_log_dir, partition folders)``: a log directory's partition folders, or ``root``
+    itself when it is a partition folder."""
+    folders = sorted(
+        entry.path for entry in os.scandir(root)
+        if entry.is_dir() and parse_partition_dir(entry.name) is not None
+    )
+    if not folders and parse_partition_dir(os.path.basename(os.path.normpath(root))):
+        return False, [root]
+    return True, folders
+
+
+def _settings(root: str, report: Report) -> dict[TopicPartition, SegmentSettings]:
+    """Each partition's segment settings from the topic metadata (Kafka's defaults when there is
+    none); reports unreadable metadata and topics whose partition folders are missing."""
+    out: dict[TopicPartition, SegmentSettings] = {}
+    try:
+        with open_log(root, read_only=True) as log:
+            for topic in log.topics():
+                for p in range(log.partition_count(topic)):
+                    part = log.partition(topic, p)
+                    out[TopicPartition(topic, p)] = part.settings
+                    if not os.path.isdir(part.directory):
+                        report.add(part.directory, "error",
+                                   f"partition folder of {topic}-{p} is missing")
+    except EmbedlogError as exc:
+        report.add(os.path.join(root, METADATA), "error", str(exc))
+    return out
+
+
+def _check_root(root: str, report: Report, ends: dict[TopicPartition, int]) -> None:
+    for name in CHECKPOINTS:
+        path = os.path.join(root, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            offsets = checkpoint.read_offsets(path)
+        except CorruptionError as exc:
+            report.add(path, "error", str(exc))
+            continue
+        if name != LOG_START:
+            continue
+        for tp, start in offsets.items():
+            end = ends.get(tp)
+            if end is not None and start > end:
+                report.add(path, "error", f"log start offset {start} of {tp.topic}-"
+                           f"{tp.partition} is beyond its log end offset {end}")
+
+
+def _leftovers(directory: str, report: Report) -> None:
+    for name in sorted(os.listdir(directory)):
+        if name.endswith((SWAP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX, ".tmp")):
+            report.add(os.path.join(directory, name), "warning",
+                       "left by an interrupted compaction or deletion; the next writer open "
+                       "finishes or discards it")
+
+
+def _check_manifest(directory: str, bases: list[int], report: Report) -> None:
+    try:
+        sealed = read_manifest(directory)
+    except CorruptionError as exc:
+        report.add(directory, "error", str(exc))
+        return
+    present = set(bases)
+    for base, size in sealed.items():
+        path = os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
+        if base not in present:
+            if bases and bases[0] < base < bases[-1]:
+                report.add(path, "error", "sealed segment is missing")
+            continue
+        actual = os.path.getsize(path)
+        if actual != size:
+            report.add(path, "error", f"sealed segment is {actual} bytes; it was sealed at "
+                                      f"{size}")
+
+
+def _segments(directory: str) -> list[int]:
+    bases = []
+    for name in os.listdir(directory):
+        try:
+            _, base, suffix = segment_file(name)
+        except ValueError:
+            continue
+        if suffix == LOG_SUFFIX:
+            bases.append(base)
+    return sorted(bases)
+
+
+class _Checker:
+    def __init__(self, report: Report, bar: Any, fix: bool) -> None:
+        self.report, self.bar, self.fix = report, bar, fix
+        self.pending = 0
+
+    def partition(self, part: _Partition) -> int:
+        """Check one partition folder; returns its end offset."""
+        self.report.partitions += 1
+        bases = _segments(part.directory)
+        _leftovers(part.directory, self.report)
+        _check_manifest(part.directory, bases, self.report)
+        end = bases[0] if bases else 0
+        for i, base in enumerate(bases):
+            walk = self.segment(part, base, last=i == len(bases) - 1, previous_end=end)
+            end = max(end, walk.next_offset)
+        return end
+
+    def segment(self, part: _Partition, base: int, *, last: bool, previous_end: int
+                ) -> LogWalk:
+        report = self.report
+        walk = LogWalk(part.directory, base, decode=True)
+        listed = 0
+        for batch in walk:
+            report.batches += 1
+            self.progress(batch.header.size)
+            if batch.error and listed < MAX_BATCH_PROBLEMS:
+                listed += 1
+                report.add(walk.path, "error", f"batch at byte {batch.position} (offsets "
+                           f"{batch.header.base_offset}..{batch.header.last_offset}): "
+                           f"{batch.error}")
+        report.segments += 1
+        report.records += walk.records
+        report.bytes += walk.size
+        self.progress(walk.size - walk.valid_bytes)
+        if walk.bad_batches > listed:
+            report.add(walk.path, "error", f"{walk.bad_batches - listed} more bad batches")
+        if walk.error is not None:
+            report.add(walk.path, "error", str(walk.error))
+        elif walk.trailing_bytes:
+            msg = (f"incomplete batch at byte {walk.valid_bytes} ({walk.trailing_bytes} "
+                   "bytes)")
+            if last:
+                report.add(walk.path, "warning", msg + ": cut when the log is next opened for "
+                           "writing")
+            else:
+                report.add(walk.path, "error", msg + " in a sealed segment")
+        if walk.first_offset is not None and walk.first_offset < previous_end:
+            report.add(walk.path, "error", f"segment overlaps the previous one: it starts at "
+                       f"offset {walk.first_offset}, the previous one ends at {previous_end}")
+        self.indexes(part, walk)
+        return walk
+
+    def progress(self, n: int) -> None:
+        self.pending += n
+        if self.pending >= 1 << 22:
+            self.bar.update(self.pending)
+            self.pending = 0
+
+    def indexes(self, part: _Partition, walk: LogWalk) -> None:
+        damaged_log = walk.error is not None or walk.bad_batches > 0
+        broken = []
+        stem = walk.path[: -len(LOG_SUFFIX)]
+        for suffix, check in ((INDEX_SUFFIX, check_offset_index),
+                              (TIMEINDEX_SUFFIX, check_time_index)):
+            path = stem + suffix
+            if not os.path.exists(path):
+                if walk.valid_bytes > part.settings.index_interval_bytes:
+                    self.report.add(path, "warning", "index is missing (readers scan the log)",
+                                    fixable=not damaged_log)
+                    broken.append(self.report.problems[-1])
+                continue
+            for message in check(path, walk):
+                self.report.add(path, "error", message, fixable=not damaged_log)
+                broken.append(self.report.problems[-1])
+        if self.fix and broken and not damaged_log:
+            rebuild_indexes(part.directory, walk.base_offset, part.settings)
+            for problem in broken:
+                problem.fixed = True
+
+
+def rebuild_indexes(directory: str, base: int, settings: SegmentSettings) -> None:
+    """Rebuild a segment's ``.index`` and ``.timeindex`` from its log (caller holds the writer
+    lock). The log is validated but never truncated."""
+    stem = os.path.join(directory, f"{base:020d}")
+    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+        if os.path.exists(stem + suffix):
+            _io.unlink(stem + suffix)
+    seg = Segment(directory, base, settings, writable=True)
+    try:
+        seg.open_indexes_for_append()
+        seg.recover(truncate=False)
+    finally:
+        seg.close()
+    _io.fsync_dir(directory)
+
+
+def verify_path(root: str, *, fix: bool = False) -> Report:
+    """Check the log directory (or partition folder) ``root``; with ``fix`` rebuild broken
+    indexes under the writer lock."""
+    if not os.path.isdir(root):
+        raise FileNotFoundError(2, "No such log directory", root)
+    root = os.path.abspath(root)
+    report = Report(root)
+    is_log_dir, folders = _partition_folders(root)
+    lock = WriterLock(root if is_log_dir else os.path.dirname(root)) if fix else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        settings = _settings(root, report) if is_log_dir else {}
+        parts = []
+        for folder in folders:
+            parsed = parse_partition_dir(os.path.basename(folder))
+            tp = TopicPartition(*parsed) if parsed else None
+            parts.append(_Partition(folder, tp, settings.get(tp, SegmentSettings())
+                                    if tp else SegmentSettings()))
+        total = sum(os.path.getsize(os.path.join(p.directory, f"{b:020d}{LOG_SUFFIX}"))
+                    for p in parts for b in _segments(p.directory))
+        ends: dict[TopicPartition, int] = {}
+        with progressbar(total, "verifying") as bar:
+            checker = _Checker(report, bar, fix)
+            for part in parts:
+                end = checker.partition(part)
+                if part.tp is not None:
+                    ends[part.tp] = end
+        if is_log_dir:
+            _check_root(root, report, ends)
+    finally:
+        if lock is not None:
+            lock.release()
+    return report
+
+
+def _lines(report: Report) -> Iterator[str]:
+    for p in report.problems:
+        tag = "FIXED" if p.fixed else {"error": "ERROR", "warning": "WARN"}[p.severity]
+        where = os.path.relpath(p.path, report.path) if p.path.startswith(report.path) else p.path
+        yield f"{tag:<6} {where}: {p.message}"
+    doc = report.to_json()
+    state = "healthy" if report.healthy else "UNHEALTHY"
+    yield (f"{report.partitions} partitions, {report.segments} segments, {report.batches} "
+           f"batches, {report.records} records, {human_bytes(report.bytes)} checked: {state} "
+           f"({doc['errors']} errors, {doc['warnings']} warnings)")
+
+
+@click.command()
+@click.argument("path", required=False, type=click.Path(file_okay=False, path_type=str))
+@dir_option
+@click.option("--fix", is_flag=True, help="Rebuild broken or missing indexes (takes the "
+                                          "writer lock).")
+@json_option
+def verify(path: str | None, log_dir: str, fix: bool, as_json: bool) -> None:
+    """Check CRCs, records, offsets, indexes and checkpoints of the log at PATH (a log
+    directory or one partition folder). Exit code 0: healthy; 3: damage found."""
+    report = verify_path(path or log_dir, fix=fix)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for line in _lines(report):
+            click.echo(line)
+    if not report.healthy:
+        click.get_current_context().exit(EXIT_CORRUPT)

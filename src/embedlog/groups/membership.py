@@ -1,0 +1,305 @@
+"""Group membership without a coordinator: a shared state file, heartbeats and ``flock`` leases.
+
+Files of one group (see :mod:`embedlog.groups` for the whole layout)::
+
+    state.json      {"version": 1, "generation": 7, "assignor": "range",
+                     "members": {"<member id>": ["topic", ...], ...}}   (replaced atomically)
+    members/<id>    flock'ed by its member for its lifetime; bytes 0-8: last heartbeat
+                    (CLOCK_MONOTONIC ms, big-endian int64), rewritten without fsync
+    leases/<topic>-<partition>   flock'ed by the member that consumes the partition
+
+Protocol (every step that changes ``state.json`` holds the group lock):
+
+* **join**: create and lock ``members/<id>``, write a heartbeat, add the member to
+  ``state.json`` (generation + 1);
+* **rebalance**: each member re-reads ``state.json`` when it changed and computes the
+  assignment of the current members with the group's assignor (a pure function, so all members
+  agree); it gives up partitions it no longer owns (releasing their leases) and takes the leases
+  of its new ones; a lease still held by the previous owner is retried later -- that owner lets
+  go at its next poll, after its ``on_revoke``;
+* **liveness**: every heartbeat interval a member rewrites its heartbeat and probes the others:
+  a member file nobody locks (the process died: the kernel dropped its ``flock``) or whose
+  heartbeat is older than the session timeout is evicted (removed from ``state.json``,
+  generation + 1, file unlinked);
+* **leave**: remove the member from ``state.json``, unlink and unlock its file.
+
+Safety does not depend on timing: a partition is read only by the holder of its lease, so two
+members never consume one partition at once, and commits are accepted only from a listed member
+holding the lease (checked under the group lock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _io
+from ..errors import CorruptCheckpointError, GroupError, UnknownTopicError
+from ..records import TopicPartition
+from ._files import FileLock, ensure_dir, is_locked
+from .assignors import ASSIGNORS
+
+__all__ = ["GroupState", "Membership"]
+
+_HEARTBEAT = struct.Struct(">q")
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """The content of ``state.json``."""
+
+    generation: int = 0
+    assignor: str | None = None
+    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: str) -> GroupState:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            raise CorruptCheckpointError(f"unreadable group state: {exc}", path=path) from exc
+        try:
+            if doc["version"] != 1:
+                raise ValueError(f"version {doc['version']}")
+            members = {str(m): tuple(str(t) for t in ts) for m, ts in doc["members"].items()}
+            return cls(int(doc["generation"]), doc["assignor"], members)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptCheckpointError(f"malformed group state: {exc!r}", path=path) from exc
+
+    def write(self, path: str) -> None:
+        doc: dict[str, Any] = {
+            "version": 1,
+            "generation": self.generation,
+            "assignor": self.assignor,
+            "members": {m: list(ts) for m, ts in sorted(self.members.items())},
+        }
+        _io.write_atomic(path, json.dumps(doc, indent=1).encode())
+
+    def without(self, gone: Iterable[str]) -> GroupState:
+        members = {m: ts for m, ts in self.members.items() if m not in set(gone)}
+        return GroupState(self.generation + 1, self.assignor if members else None, members)
+
+
+class Membership:
+    """One member's view of its group: joining, heartbeats, assignment and leases.
+
+    Not thread-safe: owned by one :class:`~embedlog.consumer.Consumer`.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        topics: Iterable[str],
+        assignor: str,
+        session_timeout_ms: int,
+        partition_count: Callable[[str], int],
+        client_id: str = "embedlog",
+    ) -> None:
+        if assignor not in ASSIGNORS:
+            raise GroupError(
+                f"unknown assignor {assignor!r}; expected one of {', '.join(sorted(ASSIGNORS))}"
+            )
+        self.directory = directory
+        self.topics = tuple(sorted(set(topics)))
+        self.assignor = assignor
+        self.session_timeout_ms = session_timeout_ms
+        self.client_id = client_id
+        self._partition_count = partition_count
+        self.lock_path = os.path.join(directory, "lock")
+        self.state_path = os.path.join(directory, "state.json")
+        self._members_dir = os.path.join(directory, "members")
+        self._leases_dir = os.path.join(directory, "leases")
+        self.member_id: str | None = None
+        self._member_lock: FileLock | None = None
+        self.state = GroupState()
+        self._stamp: tuple[int, int, int] | None = None
+        self._assignment: frozenset[TopicPartition] | None = None
+        self.leases: dict[TopicPartition, FileLock] = {}
+        for d in (self._members_dir, self._leases_dir):
+            ensure_dir(d)
+
+    # ------------------------------------------------------------------ join / leave
+
+    def join(self) -> None:
+        """Become a member (a new member id each time)."""
+        if self.member_id is not None:
+            return
+        member_id = f"{self.client_id}-{uuid.uuid4().hex}"
+        mine = FileLock(os.path.join(self._members_dir, member_id))
+        with FileLock(self.lock_path):
+            if not mine.acquire(blocking=False):
+                raise GroupError(f"member file {mine.path} is locked by someone else")
+            try:
+                assert mine.fd is not None
+                _io.pwrite(mine.fd, _HEARTBEAT.pack(monotonic_ms()), 0)
+                state = GroupState.read(self.state_path)
+                state = self._evict_locked(state, self._dead(state))
+                if state.members and state.assignor != self.assignor:
+                    raise GroupError(
+                        f"group {os.path.basename(self.directory)!r} uses the "
+                        f"{state.assignor!r} assignor, not {self.assignor!r}"
+                    )
+                members = dict(state.members)
+                members[member_id] = self.topics
+                state = GroupState(state.generation + 1, self.assignor, members)
+                state.write(self.state_path)
+            except BaseException:
+                mine.release()
+                _io.unlink(mine.path)
+                raise
+        self.member_id, self._member_lock = member_id, mine
+        self._set_state(state)
+
+    def leave(self) -> None:
+        """Stop being a member; leases must have been released by the caller."""
+        member_id, mine = self.member_id, self._member_lock
+        if member_id is None or mine is None:
+            return
+        self.member_id = self._member_lock = None
+        try:
+            with FileLock(self.lock_path):
+                state = GroupState.read(self.state_path)
+                if member_id in state.members:
+                    state = state.without([member_id])
+                    state.write(self.state_path)
+                _io.unlink(mine.path)
+        finally:
+            mine.release()
+        self._set_state(state)
+
+    @property
+    def in_group(self) -> bool:
+        return self.member_id is not None and self.member_id in self.state.members
+
+    # ------------------------------------------------------------------ state
+
+    def refresh(self) -> bool:
+        """Re-read ``state.json`` if it changed; ``True`` when it did."""
+        try:
+            st = os.stat(self.state_path)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = (0, 0, 0)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        state = GroupState.read(self.state_path)
+        changed = state != self.state
+        self._set_state(state)
+        return changed
+
+    def _set_state(self, state: GroupState) -> None:
+        if state != self.state:
+            self.state = state
+            self._assignment = None
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions the current membership gives this member (empty if not a member)."""
+        if self._assignment is None:
+            if not self.in_group:
+                self._assignment = frozenset()
+            else:
+                counts = {t: self._count(t) for ts in self.state.members.values() for t in ts}
+                assign = ASSIGNORS[self.state.assignor or self.assignor]
+                result = assign(self.state.members, counts)
+                assert self.member_id is not None
+                self._assignment = frozenset(result.get(self.member_id, ()))
+        return self._assignment
+
+    def _count(self, topic: str) -> int:
+        try:
+            return self._partition_count(topic)
+        except UnknownTopicError:
+            return 0
+
+    # ------------------------------------------------------------------ liveness
+
+    def heartbeat(self) -> None:
+        """Rewrite this member's heartbeat and evict members that died or went silent."""
+        if self._member_lock is not None and self._member_lock.fd is not None:
+            _io.pwrite(self._member_lock.fd, _HEARTBEAT.pack(monotonic_ms()), 0)
+        state = GroupState.read(self.state_path)
+        if self._dead(state):
+            with FileLock(self.lock_path):
+                state = GroupState.read(self.state_path)
+                state = self._evict_locked(state, self._dead(state))
+        self._set_state(state)
+
+    def _dead(self, state: GroupState) -> list[str]:
+        now = monotonic_ms()
+        dead = []
+        for member_id in state.members:
+            if member_id == self.member_id:
+                continue
+            path = os.path.join(self._members_dir, member_id)
+            if not is_locked(path):
+                dead.append(member_id)
+                continue
+            try:
+                with open(path, "rb") as f:
+                    beat = f.read(_HEARTBEAT.size)
+            except FileNotFoundError:
+                dead.append(member_id)
+                continue
+            if len(beat) == _HEARTBEAT.size and now - _HEARTBEAT.unpack(beat)[0] > (
+                self.session_timeout_ms
+            ):
+                dead.append(member_id)
+        return dead
+
+    def _evict_locked(self, state: GroupState, dead: list[str]) -> GroupState:
+        """Remove ``dead`` members (caller holds the group lock and re-probed them)."""
+        if not dead:
+            return state
+        state = state.without(dead)
+        state.write(self.state_path)
+        for member_id in dead:
+            _io.unlink(os.path.join(self._members_dir, member_id))
+        return state
+
+    # ------------------------------------------------------------------ leases
+
+    def take_lease(self, tp: TopicPartition) -> bool:
+        """Lock ``tp``'s lease unless another member still holds it."""
+        if tp in self.leases:
+            return True
+        lease = FileLock(os.path.join(self._leases_dir, f"{tp.topic}-{tp.partition}"))
+        if not lease.acquire(blocking=False):
+            return False
+        self.leases[tp] = lease
+        return True
+
+    def drop_lease(self, tp: TopicPartition) -> None:
+        lease = self.leases.pop(tp, None)
+        if lease is not None:
+            lease.release()
+
+    def check_commit(self, tps: Iterable[TopicPartition]) -> None:
+        """Refuse a commit unless this member is still in the group and holds every lease
+        (call under the group lock)."""
+        state = GroupState.read(self.state_path)
+        if self.member_id is None or self.member_id not in state.members:
+            raise GroupError(
+                "this consumer is no longer a member of the group (it left or was evicted "
+                "after its session timed out); its partitions may be owned by another member"
+            )
+        lost = sorted(tp for tp in tps if tp not in self.leases)
+        if lost:
+            raise GroupError(
+                f"cannot commit {', '.join(f'{t.topic}-{t.partition}' for t in lost)}: "
+                "not assigned to this member (revoked in a rebalance)"
+            )

@@ -1,0 +1,54 @@
+"""Committed offsets of one consumer group: a Kafka checkpoint file.
+
+``<group dir>/offsets`` has the format of Kafka's offset checkpoints (see
+:mod:`embedlog.checkpoint`)::
+
+    0                 version
+    2                 entries
+    orders 0 1042     topic partition committed-offset
+    orders 1 977
+
+A committed offset is the **next** offset to read (Kafka's convention). Commits read, merge and
+replace the whole file (tmp, fsync, rename, directory fsync) while holding the group's
+:class:`~embedlog.groups._files.FileLock`, so concurrent members in threads or processes never
+lose each other's entries; readers need no lock because the file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from .. import checkpoint
+from ..records import TopicPartition
+from ._files import FileLock
+
+__all__ = ["OffsetStore"]
+
+
+class OffsetStore:
+    """The ``offsets`` file of a group directory, with ``lock`` serialising writers."""
+
+    def __init__(self, directory: str, lock_path: str) -> None:
+        self.path = os.path.join(directory, "offsets")
+        self.lock_path = lock_path
+
+    def read(self) -> dict[TopicPartition, int]:
+        return checkpoint.read_offsets(self.path)
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        return self.read().get(tp)
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        """Merge ``offsets`` into the file; ``check`` runs first under the lock (fencing) and
+        may raise to refuse the commit."""
+        with FileLock(self.lock_path):
+            if check is not None:
+                check()
+            merged = self.read()
+            merged.update(offsets)
+            checkpoint.write_offsets(self.path, merged)

@@ -1,0 +1,131 @@
+"""Idempotent-producer state of one partition: the sequence numbers each producer id wrote.
+
+A batch with ``producerId >= 0`` and ``baseSequence >= 0`` (not a control batch) is checked
+against the state before it is appended, with Kafka's rules (``ProducerAppendInfo``):
+
+* a producer id never seen in the partition may start at any sequence;
+* a lower epoch than the one on record is fenced (:class:`~embedlog.errors.ProducerFencedError`);
+* a higher epoch must start again at sequence 0;
+* in the same epoch, a batch whose first and last sequence equal one of the producer's last
+  :data:`RETAINED_BATCHES` batches is a **duplicate**: the stored header is returned and nothing
+  is written; any other batch must start at the last sequence + 1 (wrapping from ``2**31 - 1``
+  to 0), else :class:`~embedlog.errors.OutOfOrderSequenceError`.
+
+The state lives in memory only. It is rebuilt from the batch headers of the partition's segments
+(no record is decoded) the first time it is needed after an open, so deduplication survives a
+reopen. Segments deleted by retention take their producers' history with them, exactly as when
+Kafka expires a producer id: such a producer is then treated as new.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from .errors import OutOfOrderSequenceError, ProducerFencedError
+from .segment import format as fmt
+
+__all__ = ["RETAINED_BATCHES", "ProducerEntry", "ProducerStateTable", "next_sequence"]
+
+RETAINED_BATCHES: Final = 5
+"""Batches remembered per producer for duplicate detection (Kafka's
+``NUM_BATCHES_TO_RETAIN``)."""
+
+_INT32_MAX: Final = 2**31 - 1
+
+
+class _BatchSource(Protocol):
+    def batches(self, position: int = 0, end: int | None = None, *, verify: bool = True
+                ) -> Iterable[tuple[bytes, int, fmt.BatchHeader]]: ...
+
+
+def next_sequence(sequence: int, increment: int) -> int:
+    """``sequence + increment`` wrapping past ``2**31 - 1`` to 0 (Kafka's
+    ``DefaultRecordBatch.incrementSequence``)."""
+    if sequence > _INT32_MAX - increment:
+        return increment - (_INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def _last_sequence(header: fmt.BatchHeader) -> int:
+    return next_sequence(header.base_sequence, header.last_offset_delta)
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """What one producer id last wrote in a partition."""
+
+    epoch: int
+    last_sequence: int
+    batches: deque[fmt.BatchHeader] = field(
+        default_factory=lambda: deque(maxlen=RETAINED_BATCHES)
+    )
+
+
+class ProducerStateTable:
+    """Producer id -> :class:`ProducerEntry` for one partition (the caller serialises access)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerEntry] = {}
+
+    @classmethod
+    def scan(cls, segments: Iterable[_BatchSource]) -> ProducerStateTable:
+        """The state rebuilt from every batch header of ``segments`` (oldest first)."""
+        table = cls()
+        for seg in segments:
+            for _, _, header in seg.batches(0, verify=False):
+                if header.producer_id >= 0:
+                    table.update(header)
+        return table
+
+    @property
+    def max_producer_id(self) -> int:
+        """The largest producer id seen, or -1."""
+        return max(self.entries, default=-1)
+
+    def check(self, header: fmt.BatchHeader) -> fmt.BatchHeader | None:
+        """Validate a batch about to be appended: ``None`` to write it, the stored header if it
+        is a duplicate; raises when its epoch or sequence is wrong."""
+        if header.is_control or header.base_sequence < 0:
+            return None
+        entry = self.entries.get(header.producer_id)
+        if entry is None:
+            return None
+        pid, epoch = header.producer_id, header.producer_epoch
+        if epoch < entry.epoch:
+            raise ProducerFencedError(
+                f"producer {pid} epoch {epoch} is fenced: epoch {entry.epoch} already wrote here"
+            )
+        if epoch > entry.epoch:
+            if header.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} epoch {epoch} must start at sequence 0, "
+                    f"not {header.base_sequence}"
+                )
+            return None
+        last = _last_sequence(header)
+        for stored in entry.batches:
+            if stored.base_sequence == header.base_sequence and _last_sequence(stored) == last:
+                return stored
+        expected = next_sequence(entry.last_sequence, 1)
+        if header.base_sequence != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {pid} epoch {epoch}: batch starts at sequence {header.base_sequence}, "
+                f"expected {expected} (last written {entry.last_sequence})"
+            )
+        return None
+
+    def update(self, header: fmt.BatchHeader) -> None:
+        """Record a batch that was appended (or found in the log)."""
+        pid = header.producer_id
+        entry = self.entries.get(pid)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = self.entries[pid] = ProducerEntry(header.producer_epoch, -1)
+        elif header.producer_epoch < entry.epoch:
+            return
+        if header.is_control or header.base_sequence < 0:
+            return
+        entry.last_sequence = _last_sequence(header)
+        entry.batches.append(header)

@@ -1,0 +1,211 @@
+"""Reopen embedlog on a crash state and check the promises made before the crash.
+
+Invariants (issue 7):
+
+1. open succeeds (a crash image that cannot be opened is a failure, whatever the error);
+   reading raises nothing;
+2. every record returned is byte-identical (key, value, headers, timestamp) to the record
+   appended at that offset -- nothing corrupt or invented;
+3. offsets strictly increase, lie in ``[log start, log end)``, and no offset is missing in that
+   range unless an intended compaction superseded its key;
+4. every acknowledged record is present unless an intended retention/deletion covered it;
+5. the log start never falls below an acknowledged start, nor a committed group offset below an
+   acknowledged commit;
+6. the recovered log accepts an append, and a clean close and another reopen keep every record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import embedlog
+
+from .workloads import Rec, Truth, committed_offset
+
+__all__ = ["Promises", "check_state"]
+
+TP = tuple[str, int]
+
+
+@dataclass
+class Promises:
+    """What had been promised at a crash point (folded from the trace's marks)."""
+
+    acked: dict[TP, set[int]] = field(default_factory=dict)
+    acked_start: dict[TP, int] = field(default_factory=dict)
+    intent_start: dict[TP, int] = field(default_factory=dict)
+    compacting: set[str] = field(default_factory=set)
+    commits: dict[TP, int] = field(default_factory=dict)
+    topics: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_truth(cls, truth: Truth) -> Promises:
+        """Everything written before recording began is acknowledged."""
+        return cls(acked={tp: set(recs) for tp, recs in truth.records.items()},
+                   topics=set(truth.partitions))
+
+    def copy(self) -> Promises:
+        return Promises(
+            {tp: set(s) for tp, s in self.acked.items()},
+            dict(self.acked_start),
+            dict(self.intent_start),
+            set(self.compacting),
+            dict(self.commits),
+            set(self.topics),
+        )
+
+    def fold(self, info: dict[str, Any]) -> None:
+        kind = info["kind"]
+        tp = (info.get("topic"), info.get("partition"))
+        if kind == "ack":
+            self.acked.setdefault(tp, set()).update(info["offsets"])  # type: ignore[arg-type]
+        elif kind == "ack_start":
+            self.acked_start[tp] = max(self.acked_start.get(tp, 0), info["offset"])  # type: ignore[index]
+        elif kind == "intent_start_offset":
+            self.intent_start[tp] = max(self.intent_start.get(tp, 0), info["offset"])  # type: ignore[index]
+        elif kind == "intent_compact":
+            self.compacting.add(info["topic"])
+        elif kind == "ack_topic":
+            self.topics.add(info["topic"])
+        elif kind == "ack_commit":
+            self.commits[tp] = max(self.commits.get(tp, -1), info["offset"])  # type: ignore[index]
+
+
+def _describe(exc: BaseException) -> str:
+    own = "embedlog error" if isinstance(exc, embedlog.EmbedlogError) else "FOREIGN exception"
+    return f"{own} {type(exc).__name__}: {exc}"
+
+
+def _same(rec: embedlog.Record, want: Rec) -> bool:
+    return (
+        rec.key == want.key
+        and rec.value == want.value
+        and rec.timestamp == want.timestamp
+        and tuple(rec.headers) == want.headers
+    )
+
+
+def _check_partition(
+    log: embedlog.Log, topic: str, partition: int, truth: Truth, promises: Promises
+) -> tuple[list[str], list[embedlog.Record]]:
+    tp = (topic, partition)
+    problems: list[str] = []
+    expected = truth.records.get(tp, {})
+    got = list(log.read(topic, partition))
+    start, end = log.start_offset(topic, partition), log.end_offset(topic, partition)
+    where = f"{topic}-{partition}"
+    offsets = [r.offset for r in got]
+    if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)):
+        problems.append(f"{where}: offsets do not strictly increase: {offsets}")
+    for r in got:
+        want = expected.get(r.offset)
+        if want is None:
+            problems.append(f"{where}: invented record at offset {r.offset}")
+        elif not _same(r, want):
+            problems.append(f"{where}: corrupt record at offset {r.offset}")
+        if not start <= r.offset < end:
+            problems.append(f"{where}: offset {r.offset} outside [{start}, {end})")
+    present = set(offsets)
+    allowed_gone = promises.intent_start.get(tp, 0)
+    for o in sorted(promises.acked.get(tp, ())):
+        if o >= allowed_gone and o not in present and not _compacted(o, tp, truth, promises,
+                                                                   present):
+            problems.append(f"{where}: acknowledged record {o} lost (log holds [{start}, {end}))")
+            break
+    for o in sorted(expected):
+        if start <= o < end and o not in present and not _compacted(o, tp, truth, promises,
+                                                                  present):
+            problems.append(f"{where}: hole at offset {o} inside [{start}, {end})")
+            break
+    if start < promises.acked_start.get(tp, 0):
+        problems.append(
+            f"{where}: log start {start} went back below the acknowledged {promises.acked_start[tp]}"
+        )
+    if start > allowed_gone and topic not in promises.compacting:
+        problems.append(f"{where}: log start moved to {start}, but only {allowed_gone} was intended")
+    return problems, got
+
+
+def _compacted(o: int, tp: TP, truth: Truth, promises: Promises, present: set[int]) -> bool:
+    """Offset ``o`` may be gone because an intended compaction kept a later record of its key."""
+    if tp[0] not in promises.compacting:
+        return False
+    recs = truth.records[tp]
+    key = recs[o].key
+    return any(p > o and recs[p].key == key for p in present)
+
+
+def check_state(path: str, truth: Truth, promises: Promises) -> list[str]:
+    """Open the log at ``path`` and return every broken invariant (empty: the state is fine)."""
+    try:
+        log = embedlog.open(path, durability="fsync")
+    except BaseException as exc:  # noqa: BLE001 - every failure is a finding
+        return [f"open failed: {_describe(exc)}"]
+    problems: list[str] = []
+    seen: dict[TP, list[embedlog.Record]] = {}
+    try:
+        topics = set(log.topics())
+        for topic, count in truth.partitions.items():
+            if topic not in topics:
+                if topic in promises.topics:
+                    problems.append(f"topic {topic} vanished")
+                continue
+            for p in range(count):
+                found, got = _check_partition(log, topic, p, truth, promises)
+                problems += found
+                seen[(topic, p)] = got
+        problems += _check_commits(log, promises)
+        if problems:
+            return problems
+        probes = {tp: log.append(tp[0], b"probe", key=b"probe", partition=tp[1]).offset
+                  for tp in seen}
+    except BaseException as exc:  # noqa: BLE001
+        return [*problems, f"after recovery: {_describe(exc)}"]
+    finally:
+        try:
+            log.close()
+        except BaseException as exc:  # noqa: BLE001
+            problems.append(f"close failed: {_describe(exc)}")
+    if problems:
+        return problems
+    return _check_reopen(path, seen, probes)
+
+
+def _check_commits(log: embedlog.Log, promises: Promises) -> list[str]:
+    out = []
+    for (topic, partition), offset in promises.commits.items():
+        got = committed_offset(log, topic, partition)
+        if got is None or got < offset:
+            out.append(f"committed offset of {topic}-{partition} is {got}, acknowledged {offset}")
+    return out
+
+
+def _check_reopen(path: str, seen: dict[TP, list[embedlog.Record]], probes: dict[TP, int]
+                  ) -> list[str]:
+    try:
+        with embedlog.open(path, durability="fsync") as log:
+            out = []
+            for (topic, p), before in seen.items():
+                after = list(log.read(topic, p))
+                probe = probes[(topic, p)]
+                if [_strip(r) for r in after[:-1]] != [_strip(r) for r in before]:
+                    out.append(f"{topic}-{p}: records changed across a clean reopen")
+                if not after or after[-1].offset != probe or after[-1].value != b"probe":
+                    out.append(f"{topic}-{p}: the record appended after recovery was lost")
+            return out
+    except BaseException as exc:  # noqa: BLE001
+        return [f"reopen after recovery failed: {_describe(exc)}"]
+
+
+def _strip(r: embedlog.Record) -> tuple[object, ...]:
+    return dataclasses.astuple(r) if dataclasses.is_dataclass(r) else tuple(r)
+
+
+def fold_all(promises: Promises, infos: Iterable[dict[str, Any]]) -> Promises:
+    out = promises.copy()
+    for info in infos:
+        out.fold(info)
+    return out

@@ -1,0 +1,172 @@
+"""Drive the crash explorer: record a workload, enumerate its crash states, check each one.
+
+:func:`explore` handles one workload in this process; :func:`explore_many` fans workloads out
+over worker processes (``fork``; ``EMBEDLOG_WORKERS``, default: the CPU count, at most 2) and
+sums the results. Each crash state is written to a fresh folder on tmpfs, checked, and removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import shutil
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from embedlog import _io
+
+from .checker import Promises, check_state
+from .crash_states import CrashState, crash_states, write_image
+from .recording import RecordingFS
+from .workloads import Truth, Workload, run, scratch_dir, setup
+
+__all__ = ["Result", "explore", "explore_many", "safety_off", "workers"]
+
+
+@dataclass
+class Result:
+    workloads: int = 0
+    ops: int = 0
+    states: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    def merge(self, other: Result) -> None:
+        self.workloads += other.workloads
+        self.ops += other.ops
+        self.states += other.states
+        self.violations += other.violations
+
+
+@contextlib.contextmanager
+def safety_off(switch: str | None) -> Iterator[None]:
+    """Switch one of ``_io.SAFETY``'s durability steps off (mutation testing of the checker)."""
+    if switch is None:
+        yield
+        return
+    assert hasattr(_io.SAFETY, switch), switch
+    setattr(_io.SAFETY, switch, False)
+    try:
+        yield
+    finally:
+        setattr(_io.SAFETY, switch, True)
+
+
+def explore(
+    workload: Workload,
+    *,
+    max_per_point: int = 32,
+    safety: str | None = None,
+    stop_at_first: bool = False,
+) -> Result:
+    """Record ``workload`` (optionally with one safety step off) and check every crash state.
+
+    The switch stays off while the crash states are checked too: some steps (CRC checks, tail
+    truncation) belong to recovery itself.
+    """
+    logging.getLogger("embedlog").setLevel(logging.CRITICAL)  # recovery warnings are expected
+    root = scratch_dir()
+    result = Result(workloads=1)
+    try:
+        path = os.path.join(root, "log")
+        truth = setup(path, topics=workload.topics)
+        fs = RecordingFS(root)
+        with safety_off(safety):
+            with _io.use_backend(fs):
+                run(workload, path, truth)
+            result.ops = len(fs.ops)
+            _check_trace(workload, fs, truth, result, max_per_point, stop_at_first)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def _check_trace(workload: Workload, fs: RecordingFS, truth: Truth, result: Result,
+                 max_per_point: int, stop_at_first: bool) -> None:
+    promises = Promises.from_truth(_truth_before(truth, fs))
+    folded = 0
+    seed = zlib.crc32(workload.name.encode())
+    for state in crash_states(fs.base, fs.ops, max_per_point=max_per_point, seed=seed):
+        while folded <= state.point:
+            op = fs.ops[folded]
+            if op.kind == "mark":
+                promises.fold(op.info)
+            folded += 1
+        result.states += 1
+        found = _check(state, fs.root, truth, promises)
+        if found:
+            result.violations.append(
+                f"[{workload.name}] crash after op {state.point} ({fs.ops[state.point]}); "
+                f"{state.choice}: " + " | ".join(found)
+            )
+            if stop_at_first:
+                return
+
+
+def _truth_before(truth: Truth, fs: RecordingFS) -> Truth:
+    """The records that existed before recording began (the setup's, all acknowledged)."""
+    acked_later = {
+        (op.info["topic"], op.info["partition"], o)
+        for op in fs.ops
+        if op.kind == "mark" and op.info["kind"] == "ack"
+        for o in op.info["offsets"]
+    }
+    created = {op.info["topic"] for op in fs.ops
+               if op.kind == "mark" and op.info["kind"] == "ack_topic"}
+    before = Truth(partitions={t: n for t, n in truth.partitions.items() if t not in created})
+    for (t, p), recs in truth.records.items():
+        for o, rec in recs.items():
+            if (t, p, o) not in acked_later:
+                before.add(t, p, o, rec)
+    return before
+
+
+def _check(state: CrashState, root: str, truth: Truth, promises: Promises) -> list[str]:
+    target = f"{root}-state-{state.point}"
+    os.mkdir(target)
+    try:
+        write_image(state, target)
+        return check_state(os.path.join(target, "log"), truth, promises)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def _worker(args: tuple[Workload, int, str | None, bool]) -> Result:
+    workload, cap, safety, stop = args
+    return explore(workload, max_per_point=cap, safety=safety, stop_at_first=stop)
+
+
+def workers() -> int:
+    env = os.environ.get("EMBEDLOG_WORKERS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def explore_many(
+    workloads: Sequence[Workload],
+    *,
+    max_per_point: int = 32,
+    safety: str | None = None,
+    stop_at_first: bool = False,
+) -> Result:
+    """Explore every workload, in parallel; with ``stop_at_first``, stop once one fails."""
+    total = Result()
+    jobs = [(w, max_per_point, safety, stop_at_first) for w in workloads]
+    n = workers()
+    if n == 1:
+        for job in jobs:
+            total.merge(_worker(job))
+            if stop_at_first and total.violations:
+                break
+        return total
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(n) as pool:
+        for res in pool.imap_unordered(_worker, jobs):
+            total.merge(res)
+            if stop_at_first and total.violations:
+                pool.terminate()
+                break
+    return total
