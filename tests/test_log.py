@@ -218,3 +218,52 @@ def test_read_only_reader_sees_new_segments(log_dir: pathlib.Path) -> None:
         log.create_topic("later")
         assert "later" in ro.topics()
         ro.close()
+
+
+def test_iterator_survives_retention_of_the_segments_it_reads(log: embedlog.Log) -> None:
+    log.create_topic("t", config=small_segments())
+    for i in range(400):
+        log.append("t", b"r%04d" % i)
+    it = log.read("t", 0)
+    first = [next(it).value for _ in range(5)]
+    log.delete_records("t", 0, 390)
+    rest = [r.value for r in it]
+    assert first + rest == [b"r%04d" % i for i in range(400)]
+    assert [r.offset for r in log.read("t", 0)] == list(range(390, 400))
+
+
+def test_threads_append_and_read_one_log(log: embedlog.Log) -> None:
+    import threading
+
+    log.create_topic("t", partitions=2, config=small_segments())
+    errors: list[BaseException] = []
+
+    def writer(tid: int) -> None:
+        try:
+            for i in range(300):
+                log.append("t", b"%d-%d" % (tid, i), partition=tid % 2)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(30):
+                for p in (0, 1):
+                    offsets = [r.offset for r in log.read("t", p)]
+                    assert offsets == list(range(len(offsets)))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for p in (0, 1):
+        got = [r.value for r in log.read("t", p)]
+        assert len(got) == 600
+        for tid in (p, p + 2):
+            mine = [v for v in got if v.startswith(b"%d-" % tid)]
+            assert mine == [b"%d-%d" % (tid, i) for i in range(300)]

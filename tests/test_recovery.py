@@ -160,3 +160,18 @@ def test_kill_minus_9_loses_nothing_acknowledged(log_dir: pathlib.Path) -> None:
         for offset, value in present.items():
             assert value == b"payload-%d" % offset * 4
         assert sorted(present) == list(range(len(present)))
+
+
+def test_damage_in_sealed_segment_is_never_truncated_by_recovery(log_dir: pathlib.Path) -> None:
+    """Even when recovery must re-validate sealed segments (recovery point lost), a bad batch
+    inside one is reported, not cut off together with every later segment."""
+    build(log_dir, 400)
+    unclean(log_dir)
+    (log_dir / "recovery-point-offset-checkpoint").unlink()
+    sealed = sorted((log_dir / "t-0").glob("*.log"))[1]
+    data = bytearray(sealed.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    sealed.write_bytes(bytes(data))
+    with pytest.raises(embedlog.CorruptionError):
+        embedlog.open(log_dir)
+    assert sealed.read_bytes() == bytes(data)

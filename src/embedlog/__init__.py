@@ -12,6 +12,8 @@ Kafka's log format::
             print(record.offset, record.key, record.value)
 """
 
+from .config import TopicConfig
+from .consumer import Consumer
 from .errors import (
     CorruptBatchError,
     CorruptCheckpointError,
@@ -24,6 +26,8 @@ from .errors import (
     LogClosedError,
     LogPoisonedError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
     ReadOnlyError,
     RecordTooLargeError,
     StorageError,
@@ -33,13 +37,14 @@ from .errors import (
     UsageError,
     WriterLockedError,
 )
-from .config import TopicConfig
 from .log import Log, open
+from .producer import Producer
 from .records import Record, RecordMetadata, TopicPartition
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Consumer",
     "CorruptBatchError",
     "CorruptCheckpointError",
     "CorruptIndexError",
@@ -52,6 +57,9 @@ __all__ = [
     "LogClosedError",
     "LogPoisonedError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "Producer",
+    "ProducerFencedError",
     "ReadOnlyError",
     "Record",
     "RecordMetadata",

@@ -191,6 +191,7 @@ class Consumer:
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
         self._closed = False
         self._wake = threading.Event()
+        self._deferred: Exception | None = None
         if topics:
             self.subscribe(topics)
 
@@ -274,11 +275,11 @@ class Consumer:
             if tp not in self._fetches:
                 self._fetches[tp] = _Fetch(tp, self.log.partition(tp.topic, tp.partition))
 
-    def _revoke(self, tps: list[TopicPartition]) -> None:
-        """Commit (if auto), tell the application, then let go of ``tps``."""
+    def _revoke(self, tps: list[TopicPartition], *, lost: bool = False) -> None:
+        """Commit (if auto and still a member), tell the application, then let go of ``tps``."""
         self._epoch += 1
         try:
-            if self.enable_auto_commit and self._store is not None:
+            if self.enable_auto_commit and self._store is not None and not lost:
                 self._commit_positions(tps)
             if self._on_revoke is not None:
                 self._on_revoke(sorted(tps))
@@ -304,7 +305,7 @@ class Consumer:
         changed = m.refresh()
         if not m.in_group:
             if self._fetches:
-                self._revoke(list(self._fetches))
+                self._revoke(list(self._fetches), lost=True)
             m.leave()
             m.join()
             changed = True
@@ -330,6 +331,9 @@ class Consumer:
 
     def _poll(self, timeout: float, max_records: int | None, *, update: bool) -> list[Record]:
         self._check_open()
+        if self._deferred is not None:
+            exc, self._deferred = self._deferred, None
+            raise exc
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
@@ -345,23 +349,30 @@ class Consumer:
             self._wait(remaining)
 
     def _collect(self, limit: int, update: bool) -> list[Record]:
+        """Take up to ``limit`` buffered or newly decoded records, visiting the partitions in a
+        rotating order. An error after some records were taken is raised by the next poll."""
         fetches = list(self._fetches.values())
         out: list[Record] = []
         n = len(fetches)
-        if not n:
-            return out
-        start = self._rotation % n
+        start = self._rotation % n if n else 0
         self._rotation += 1
         for k in range(n):
             f = fetches[(start + k) % n]
-            if f.i >= len(f.buf) and not self._fill(f):
-                continue
-            want = limit - len(out)
-            j = f.i + want
-            out += f.buf[f.i : j] if f.i or j < len(f.buf) else f.buf
-            f.i = min(j, len(f.buf))
-            if update:
-                f.position = f.buf[f.i].offset if f.i < len(f.buf) else f.fetched
+            try:
+                while len(out) < limit:
+                    if f.i >= len(f.buf) and not self._fill(f):
+                        break
+                    j = f.i + limit - len(out)
+                    out += f.buf[f.i : j] if f.i or j < len(f.buf) else f.buf
+                    f.i = min(j, len(f.buf))
+            except Exception as exc:
+                if not out:
+                    raise
+                self._deferred = exc
+                break
+            finally:
+                if update and f.position is not None:
+                    f.position = f.buf[f.i].offset if f.i < len(f.buf) else f.fetched
             if len(out) >= limit:
                 break
         return out
@@ -378,8 +389,7 @@ class Consumer:
                     if f.fetched > end:
                         self._reset(f, f"position {f.fetched} is beyond the log end {end}")
                         continue
-                    if f.position is not None and f.position < f.fetched:
-                        f.position = f.fetched
+                    f.stop = end
                     return False
                 if self.isolation_level == "read_committed":
                     return self._fill_committed(f, end)
@@ -391,8 +401,6 @@ class Consumer:
                 f.gen = None
                 if not f.seen:  # nothing readable left below the end: gaps, control batches
                     f.fetched = max(f.fetched, f.stop)
-                    if f.position is not None and f.position < f.fetched:
-                        f.position = f.fetched
                     return False
                 continue
             except OffsetOutOfRangeError:
@@ -436,9 +444,7 @@ class Consumer:
                 break
             out += rows
         f.fetched = max(f.fetched, last)
-        f.buf, f.i = out, 0
-        if not out and f.position is not None and f.position < f.fetched:
-            f.position = f.fetched
+        f.buf, f.i, f.stop = out, 0, end
         return bool(out)
 
     def _records(
@@ -462,6 +468,7 @@ class Consumer:
             keys,
             values,
             records.headers if records.headers is not None else repeat((), n),
+            strict=True,
         )
         return list(map(_new, repeat(Record, n), rows))
 
@@ -492,23 +499,27 @@ class Consumer:
 
     def _wait(self, remaining: float) -> None:
         """Block until records may have arrived, at most ``remaining`` seconds (less when the
-        group protocol or a read-only view needs a turn)."""
+        group protocol or a read-only view needs a turn). ``f.stop`` is the end offset each
+        partition had when it was last found drained."""
         limit = min(remaining, _GROUP_TICK_S if self._membership is not None else 0.5)
-        fetches = [f for f in self._fetches.values() if f.position is not None]
-        if self.log.read_only or not fetches or len(fetches) < len(self._fetches):
+        fetches = list(self._fetches.values())
+        if self.log.read_only or not fetches:
             self._wake.wait(min(limit, _FILE_POLL_S))
             return
         end = time.monotonic() + limit
+        turn = 0
         while not self._closed:
-            for f in fetches:
-                left = end - time.monotonic()
-                if left <= 0:
+            if any(f.p.end_offset > f.stop or not f.p.segments for f in fetches):
+                return
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            f = fetches[turn % len(fetches)]
+            turn += 1
+            with f.p.appended:
+                if f.p.end_offset > f.stop or not f.p.segments:
                     return
-                cond = f.p.appended
-                with cond:
-                    if f.p.end_offset > f.fetched or not f.p.segments:
-                        return
-                    cond.wait(left if len(fetches) == 1 else min(left, _SLICE_S))
+                f.p.appended.wait(left if len(fetches) == 1 else min(left, _SLICE_S))
 
     def __iter__(self) -> Iterator[Record]:
         """Records as they arrive; positions move record by record. Stops when the consumer

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -42,6 +42,10 @@ from .partitioner import partition_for_key
 from .records import Header, Record, RecordMetadata, TopicPartition
 from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
+
+if TYPE_CHECKING:
+    from .consumer import Consumer
+    from .producer import Producer
 
 __all__ = ["Durability", "Log", "open"]
 
@@ -81,6 +85,7 @@ class Log:
         self.durability: Durability = durability
         self.clock = clock or now_ms
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
         self._topics: dict[str, _Topic] = {}
         self._closed = False
         self._writer_lock: WriterLock | None = None
@@ -190,7 +195,7 @@ class Log:
             "version": 1,
             "topics": {
                 t.name: {"partitions": len(t.partitions), "config": _non_default(t.config)}
-                for t in self._topics.values()
+                for t in list(self._topics.values())
             },
         }
         _io.write_atomic(
@@ -198,9 +203,13 @@ class Log:
         )
 
     def _checkpoint_start_offsets(self, _: Partition | None = None) -> None:
+        with self._checkpoint_lock:
+            self._write_start_offsets()
+
+    def _write_start_offsets(self) -> None:
         offsets = {
             TopicPartition(t.name, p.partition): p.start_offset
-            for t in self._topics.values()
+            for t in list(self._topics.values())
             for p in t.partitions
             if p.start_offset > 0
         }
@@ -208,11 +217,15 @@ class Log:
 
     def _checkpoint_recovery_points(self, _: Partition | None = None, *, final: bool = False
                                     ) -> None:
+        with self._checkpoint_lock:
+            self._write_recovery_points(final)
+
+    def _write_recovery_points(self, final: bool) -> None:
         offsets = {
             TopicPartition(t.name, p.partition): (
                 p.end_offset if final else p.active.base_offset
             )
-            for t in self._topics.values()
+            for t in list(self._topics.values())
             for p in t.partitions
             if p.segments
         }
@@ -590,6 +603,22 @@ class Log:
         return sum(
             p.enforce_retention(now_ms) for t in list(self._topics.values()) for p in t.partitions
         )
+
+    # ------------------------------------------------------------------ clients
+
+    def producer(self, **kwargs: Any) -> Producer:
+        """A :class:`~embedlog.producer.Producer` writing to this log (keyword arguments as
+        documented there)."""
+        from .producer import Producer
+
+        return Producer(self, **kwargs)
+
+    def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
+        """A :class:`~embedlog.consumer.Consumer` of this log, subscribed to ``topics``
+        (keyword arguments as documented there)."""
+        from .consumer import Consumer
+
+        return Consumer(self, *topics, **kwargs)
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"

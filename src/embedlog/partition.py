@@ -105,6 +105,7 @@ class Partition:
         )
         self.segments: list[Segment] = []
         self._bases: list[int] = []
+        self._sealed: dict[int, int] = {}
         self.start_offset = 0
         self.lock = threading.RLock()
         self._sync_lock = threading.Lock()
@@ -166,7 +167,7 @@ class Partition:
         return keep
 
     def _check_manifest(self, bases: list[int], start_offset: int) -> None:
-        sealed = read_manifest(self.directory)
+        sealed = self._sealed = read_manifest(self.directory)
         present = set(bases)
         for base, size in sealed.items():
             if base < start_offset:
@@ -216,7 +217,15 @@ class Partition:
             if clean and i == last:
                 seg.load_active_state()
                 break
-            result = seg.recover()
+            sealed = i < last and seg.base_offset in self._sealed
+            result = seg.recover(truncate=not sealed)
+            if sealed and result.truncated_bytes:
+                # A sealed segment was fsynced whole: damage inside it is not a torn tail.
+                raise CorruptionError(
+                    f"sealed segment is damaged: {result.error}",
+                    path=seg.log_path,
+                    position=result.valid_bytes,
+                )
             if result.truncated_bytes and i < last:
                 log.warning(
                     "%s: dropping %d unflushed segment(s) after the truncated one",
@@ -277,8 +286,8 @@ class Partition:
                     if seg is None:
                         seg = Segment(self.directory, b, self.settings, writable=False, live=True)
                     segs.append(seg)
-                for seg in old.values():
-                    seg.close()
+                # Segments the writer removed are dropped, not closed: a concurrent iterator may
+                # still be reading them (their descriptors close with the last reference).
                 for seg in segs[:-1]:
                     if seg.live:
                         seg.refresh()

@@ -175,36 +175,27 @@ class Session:
         self.log.compact(topic)  # type: ignore[attr-defined]
 
     def commit(self, topic: str = TOPIC, partition: int = 0) -> None:
-        consumer = self.log.consumer(topic, group=GROUP)  # type: ignore[attr-defined]
+        """Commit the log end offset (so successive commits never go down)."""
+        tp = embedlog.TopicPartition(topic, partition)
+        offset = self.log.end_offset(topic, partition)
+        consumer = self.log.consumer(group=GROUP)
         try:
-            offset = self.rng.randint(self.log.start_offset(topic, partition),
-                                      self.log.end_offset(topic, partition))
-            commit_offset(consumer, topic, partition, offset)
-            _io.mark("ack_commit", group=GROUP, topic=topic, partition=partition, offset=offset)
+            consumer.assign([tp])
+            consumer.commit({tp: offset})
         finally:
             consumer.close()
+        _io.mark("ack_commit", group=GROUP, topic=topic, partition=partition, offset=offset)
 
     def close(self) -> None:
         self.log.close()
 
 
-def commit_offset(consumer: Any, topic: str, partition: int, offset: int) -> None:
-    """Commit through the consumer-group API (whichever form it offers)."""
-    try:
-        consumer.commit({embedlog.TopicPartition(topic, partition): offset})
-    except TypeError:
-        consumer.commit(offsets={embedlog.TopicPartition(topic, partition): offset})
-
-
 def committed_offset(log: embedlog.Log, topic: str, partition: int) -> int | None:
-    consumer = log.consumer(topic, group=GROUP)  # type: ignore[attr-defined]
+    consumer = log.consumer(group=GROUP)
     try:
-        got = consumer.committed(embedlog.TopicPartition(topic, partition))
+        return consumer.committed(embedlog.TopicPartition(topic, partition))
     finally:
         consumer.close()
-    if got is None or isinstance(got, int):
-        return got
-    return int(getattr(got, "offset", got))
 
 
 def setup(path: str, *, topics: Sequence[tuple[str, int]] = ((TOPIC, 1),)) -> Truth:

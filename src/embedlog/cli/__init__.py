@@ -9,6 +9,7 @@ from __future__ import annotations
 from .app import cli, main
 from .consume import consume
 from .dump_log import dump_log
+from .groups import groups
 from .offsets import delete_records, get_offsets
 from .perf import perf_test
 from .produce import produce
@@ -18,5 +19,5 @@ from .verify import verify
 __all__ = ["cli", "main"]
 
 for _command in (topics, produce, consume, dump_log, get_offsets, delete_records,
-                 verify, perf_test):
+                 groups, verify, perf_test):
     cli.add_command(_command)

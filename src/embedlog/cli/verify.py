@@ -5,8 +5,9 @@ Checked, for an embedlog or a Kafka broker directory (or one partition folder):
 * every batch of every segment: framing, CRC-32C, records (full decode), offsets increasing
   within and across segments, no incomplete tail in a sealed segment;
 * every ``.index`` / ``.timeindex`` entry against its log (:mod:`.segment_check`);
-* sealed segment sizes against ``embedlog.segments``; checkpoint files and ``embedlog.json``
-  parse; every topic's partition folders exist; log start offsets are within the logs.
+* sealed segment sizes against ``embedlog.segments``; checkpoint files, ``embedlog.json`` and
+  consumer groups' state and offsets parse; every topic's partition folders exist; log start
+  offsets are within the logs.
 
 Severity: an *error* makes the log unhealthy (exit code 3); a *warning* does not: a missing
 index (readers scan the log instead), an incomplete batch at the end of the active segment
@@ -28,6 +29,7 @@ import click
 from .. import _io, checkpoint
 from .._platform import WriterLock
 from ..errors import CorruptionError, EmbedlogError
+from ..groups import GROUPS_DIR, GroupState
 from ..log import LOG_START, METADATA, RECOVERY_POINT
 from ..log import open as open_log
 from ..naming import (
@@ -145,6 +147,23 @@ def _check_root(root: str, report: Report, ends: dict[TopicPartition, int]) -> N
             if end is not None and start > end:
                 report.add(path, "error", f"log start offset {start} of {tp.topic}-"
                            f"{tp.partition} is beyond its log end offset {end}")
+
+
+def _check_groups(root: str, report: Report) -> None:
+    """Every consumer group's state and committed-offsets files parse."""
+    groups_dir = os.path.join(root, GROUPS_DIR)
+    if not os.path.isdir(groups_dir):
+        return
+    for entry in sorted(os.scandir(groups_dir), key=lambda e: e.name):
+        if not entry.is_dir():
+            continue
+        state = os.path.join(entry.path, "state.json")
+        offsets = os.path.join(entry.path, "offsets")
+        for path, read in ((state, GroupState.read), (offsets, checkpoint.read_offsets)):
+            try:
+                read(path)
+            except CorruptionError as exc:
+                report.add(path, "error", str(exc))
 
 
 def _leftovers(directory: str, report: Report) -> None:
@@ -312,6 +331,7 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
                     ends[part.tp] = end
         if is_log_dir:
             _check_root(root, report, ends)
+            _check_groups(root, report)
     finally:
         if lock is not None:
             lock.release()

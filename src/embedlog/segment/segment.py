@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -96,6 +97,11 @@ class Segment:
             self._rfd = os.open(self.log_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             self._rfd = None
+        else:
+            # Closed by close(), or when the last reference goes (a retired segment that a
+            # concurrent iterator still reads must keep its descriptor: closing it could let the
+            # number be reused for another file under the reader's feet).
+            self._rfd_closer = weakref.finalize(self, os.close, self._rfd)
         self.size = os.fstat(self._rfd).st_size if self._rfd is not None else 0
 
     # ------------------------------------------------------------------ reading
@@ -436,13 +442,18 @@ class Segment:
                 idx.close()
         self._index = self._timeindex = None
         if self._rfd is not None:
-            os.close(self._rfd)
+            self._rfd_closer()
             self._rfd = None
 
     def delete(self) -> None:
-        """Unlink the three files (callers fsync the directory). Open descriptors in other
-        processes keep reading the old inode, which is what makes deletion safe for readers."""
-        self.close()
+        """Unlink the three files (callers fsync the directory).
+
+        Nothing is closed here: iterators that captured this segment keep reading the unlinked
+        inode through the open descriptor, which is released when the last reference goes --
+        the same reason Kafka delays deletion by ``file.delete.delay.ms``.
+        """
+        if self.writable:
+            self.seal()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             _io.unlink(path)
 
