@@ -9,11 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import embedlog
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-KAFKA_FIXTURES = SHARED / "fixtures" / "kafka-real"
-KAFKA_VECTORS = SHARED / "tools" / "kafka_vectors.py"
+from helpers import KAFKA_FIXTURES
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ import sys
 import pytest
 
 import embedlog
-from conftest import KAFKA_VECTORS
-from helpers import small_segments
+from helpers import KAFKA_VECTORS, small_segments
 
 memory_records = pytest.importorskip("kafka.record.memory_records")
 

@@ -26,12 +26,12 @@ import hashlib
 import itertools
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .recording import DATA_OPS, DIR_OPS, BaseImage, Op
 
-__all__ = ["CrashState", "TORN_MODES", "crash_states", "materialize"]
+__all__ = ["TORN_MODES", "CrashState", "crash_states", "materialize", "write_image", "write_tree"]
 
 TORN_MODES = ("cut", "zeros", "garbage", "tailzeros", "tailgarbage", "skip")
 
@@ -273,8 +273,13 @@ def _describe(tracker: _Tracker, dc: dict[int, int], fc: dict[int, DataChoice]) 
 
 def write_image(state: CrashState, target: str) -> None:
     """Lay the image out under ``target`` (an empty folder)."""
-    for rel in sorted(state.dirs, key=len):
+    write_tree(state.files, state.dirs, target)
+
+
+def write_tree(files: dict[str, bytes], dirs: Iterable[str], target: str) -> None:
+    """Create ``dirs`` and ``files`` (relative paths) under ``target``."""
+    for rel in sorted(dirs, key=len):
         os.makedirs(os.path.join(target, rel), exist_ok=True)
-    for rel, data in state.files.items():
+    for rel, data in files.items():
         with open(os.path.join(target, rel), "wb") as f:
             f.write(data)

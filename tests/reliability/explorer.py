@@ -1,15 +1,13 @@
 """Drive the crash explorer: record a workload, enumerate its crash states, check each one.
 
 :func:`explore` handles one workload in this process; :func:`explore_many` fans workloads out
-over worker processes (``fork``; ``EMBEDLOG_WORKERS``, default: the CPU count, at most 2) and
-sums the results. Each crash state is written to a fresh folder on tmpfs, checked, and removed.
+over worker processes (:mod:`.parallel`) and sums the results. Each crash state is written to a fresh folder on tmpfs, checked, and removed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import shutil
 import zlib
@@ -20,10 +18,11 @@ from embedlog import _io
 
 from .checker import Promises, check_state
 from .crash_states import CrashState, crash_states, write_image
+from .parallel import pmap
 from .recording import RecordingFS
 from .workloads import Truth, Workload, run, scratch_dir, setup
 
-__all__ = ["Result", "explore", "explore_many", "safety_off", "workers"]
+__all__ = ["Result", "explore", "explore_many", "safety_off"]
 
 
 @dataclass
@@ -138,13 +137,6 @@ def _worker(args: tuple[Workload, int, str | None, bool]) -> Result:
     return explore(workload, max_per_point=cap, safety=safety, stop_at_first=stop)
 
 
-def workers() -> int:
-    env = os.environ.get("EMBEDLOG_WORKERS")
-    if env:
-        return max(1, int(env))
-    return max(1, min(2, os.cpu_count() or 1))
-
-
 def explore_many(
     workloads: Sequence[Workload],
     *,
@@ -155,18 +147,6 @@ def explore_many(
     """Explore every workload, in parallel; with ``stop_at_first``, stop once one fails."""
     total = Result()
     jobs = [(w, max_per_point, safety, stop_at_first) for w in workloads]
-    n = workers()
-    if n == 1:
-        for job in jobs:
-            total.merge(_worker(job))
-            if stop_at_first and total.violations:
-                break
-        return total
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(n) as pool:
-        for res in pool.imap_unordered(_worker, jobs):
-            total.merge(res)
-            if stop_at_first and total.violations:
-                pool.terminate()
-                break
+    for res in pmap(_worker, jobs, stop=(lambda r: bool(r.violations)) if stop_at_first else None):
+        total.merge(res)
     return total

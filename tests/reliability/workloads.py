@@ -58,7 +58,8 @@ CONFIG: dict[str, object] = {
     "retention.ms": -1,
     "retention.bytes": 500,
 }
-BASE_OPS = ("append", "batch", "roll", "retain", "trim", "reopen")
+BASE_OPS = ("append", "batch", "roll", "retain", "reopen")
+EXTRA_OPS = ("trim", "create")  # delete_records and create_topic: random workloads only
 SETUP_RECORDS = 5
 
 
@@ -263,7 +264,7 @@ def ace_workloads(depth: int = 3, ops: Sequence[str] | None = None) -> list[Work
 def random_workloads(count: int, length: int, seed: int = 1) -> list[Workload]:
     """Longer seeded workloads over two topics (three partitions), appends weighted up."""
     rng = random.Random(seed)
-    vocab = (*available_ops(), "create")
+    vocab = (*available_ops(), *EXTRA_OPS)
     weights = [6 if op in ("append", "batch") else 1 for op in vocab]
     topics = ((TOPIC, 1), (OTHER, 2))
     return [

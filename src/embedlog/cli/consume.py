@@ -1,38 +1,43 @@
-"""``embedlog consume TOPIC``: print records (Kafka's console consumer).
+"""``embedlog consume TOPIC``: print records (Kafka's console consumer), through the
+:class:`~embedlog.consumer.Consumer`.
 
-Partitions are read round-robin in fetches of up to 500 records, so output interleaves them as
-Kafka's does; within a partition records come in offset order. Where reading starts, per
-partition, first match wins: ``--offset`` (needs ``--partition``), ``--from-time``,
-``--from-beginning``, the ``--group``'s committed offset, then the log start -- or the log end
-with ``--follow``, which then waits for new records (``--timeout-ms`` ends the wait).
+Where reading starts, per partition: ``--offset`` (needs ``--partition``), else ``--from-time``,
+else the log start -- or, with ``--follow`` (tail, like Kafka's ``latest``), the log end unless
+``--from-beginning``. With ``--group`` the command is a member of the group: it reads the
+partitions the group gives it, from the committed offsets (``--from-beginning`` or the rule above
+when there are none), commits as it goes and when it stops; ``groups reset-offsets`` moves a
+group's offsets. Without ``--follow`` the command stops once it has printed what the log held
+when it started; with it, it waits for new records (``--timeout-ms`` ends the wait).
 
 Text output is Kafka's: optional ``CreateTime:<ms>``, ``Partition:<n>``, ``Offset:<n>``,
 headers (``k:v,k2:v2`` or ``NO_HEADERS``) and key, then the value, separated by a tab; ``null``
 for a null key or value. ``--format json`` writes one object per record with every field
-(bytes as in :mod:`embedlog.cli.jsonbytes`); ``--format hex`` is text output
-with keys, values and header values in hex.
+(bytes as in :mod:`embedlog.cli.jsonbytes`); ``--format hex`` is text output with keys, values
+and header values in hex.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from ..consumer import Consumer
 from ..errors import OffsetOutOfRangeError
 from ..log import Log
-from ..records import Record
+from ..records import Record, TopicPartition
 from .jsonbytes import to_json
 from .options import TIMESTAMP, dir_option, open_log, select_partitions
 
 __all__ = ["consume", "record_json"]
 
 FETCH = 500
-IDLE_WAIT_S = 0.05
+IDLE_WAIT_S = 0.1
+GROUP_JOIN_S = 2.0
+"""Without --follow, how long a group member waits for partitions before giving up."""
 TIMESTAMP_NAMES = {0: "CreateTime", 1: "LogAppendTime"}
 
 
@@ -84,74 +89,62 @@ class TextFormat:
         return self.separator.join(fields)
 
 
-def fetch_round(log: Log, topic: str, positions: dict[int, int], *, fetch: int = FETCH
-                ) -> Iterator[list[Record]]:
-    """One fetch per partition: up to ``fetch`` records from its position (none when it has nothing
-    new), advancing ``positions`` (the next offset to read) past them. A position below the log
-    start (retention deleted it) moves to the log start, as Kafka's
-    ``auto.offset.reset=earliest``."""
-    for p, pos in positions.items():
-        end = log.end_offset(topic, p)
-        if pos >= end:
-            continue
-        try:
-            records = list(log.read(topic, p, pos, max_records=fetch, end_offset=end))
-        except OffsetOutOfRangeError:
-            positions[p] = log.start_offset(topic, p)
-            continue
-        positions[p] = records[-1].offset + 1 if records else end
-        yield records
+def _start(log: Log, tp: TopicPartition, offset: str | None, from_time: int | None,
+           tail: bool) -> int:
+    """Where an explicitly placed partition starts (see the module docstring)."""
+    if offset is not None:
+        return _explicit_offset(log, tp, offset)
+    if from_time is not None:
+        found = log.offsets_for_times(tp.topic, tp.partition, from_time)
+        return log.end_offset(*tp) if found is None else found
+    return log.end_offset(*tp) if tail else log.start_offset(*tp)
 
 
-def _starts(log: Log, topic: str, parts: Sequence[int], offset: str | None,
-            from_time: int | None, from_beginning: bool, follow: bool,
-            committed: dict[int, int]) -> dict[int, int]:
-    starts: dict[int, int] = {}
-    for p in parts:
-        if offset is not None:
-            starts[p] = _explicit_offset(log, topic, p, offset)
-        elif from_time is not None:
-            found = log.offsets_for_times(topic, p, from_time)
-            starts[p] = log.end_offset(topic, p) if found is None else found
-        elif from_beginning:
-            starts[p] = log.start_offset(topic, p)
-        elif p in committed:
-            starts[p] = committed[p]
-        elif follow:
-            starts[p] = log.end_offset(topic, p)
-        else:
-            starts[p] = log.start_offset(topic, p)
-    return starts
-
-
-def _explicit_offset(log: Log, topic: str, p: int, offset: str) -> int:
+def _explicit_offset(log: Log, tp: TopicPartition, offset: str) -> int:
     if offset == "earliest":
-        return log.start_offset(topic, p)
+        return log.start_offset(*tp)
     if offset == "latest":
-        return log.end_offset(topic, p)
+        return log.end_offset(*tp)
     try:
         value = int(offset)
     except ValueError:
         raise click.BadParameter(f"{offset!r} is not an offset, 'earliest' or 'latest'",
                                  param_hint="--offset") from None
-    start, end = log.start_offset(topic, p), log.end_offset(topic, p)
+    start, end = log.start_offset(*tp), log.end_offset(*tp)
     if not start <= value <= end:
         raise OffsetOutOfRangeError(
-            f"offset {value} is out of range for {topic}-{p}: the log holds [{start}, {end})"
+            f"offset {value} is out of range for {tp.topic}-{tp.partition}: the log holds "
+            f"[{start}, {end})"
         )
     return value
+
+
+def caught_up(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:
+    """Whether every assigned partition's position reached the end it had at the start."""
+    assigned = consumer.assignment()
+    return bool(assigned) and all(consumer.position(tp) >= ends.get(tp, 0) for tp in assigned)
+
+
+def _stop(consumer: Consumer, ends: dict[TopicPartition, int], follow: bool,
+          timeout_ms: int | None, idle_s: float) -> bool:
+    """After an empty poll: a tail stops only on its idle timeout; otherwise stop once caught
+    up (or when a group gave this member nothing for a while)."""
+    if follow:
+        return timeout_ms is not None and idle_s >= timeout_ms / 1000
+    return caught_up(consumer, ends) or idle_s >= GROUP_JOIN_S
 
 
 @click.command()
 @click.argument("topic")
 @click.option("--partition", type=click.IntRange(min=0), help="Read only this partition.")
-@click.option("--from-beginning", is_flag=True, help="Start at the log start offset.")
+@click.option("--from-beginning", is_flag=True,
+              help="Start at the log start (with --follow or a group without offsets).")
 @click.option("--offset", metavar="N|earliest|latest",
               help="Start at this offset (needs --partition).")
 @click.option("--from-time", type=TIMESTAMP,
               help="Start at the first record at or after this time (epoch ms or ISO 8601).")
-@click.option("--group", help="Consumer group: start at its committed offsets and commit "
-                              "the position reached.")
+@click.option("--group", help="Consume as a member of this consumer group, from its committed "
+                              "offsets, committing the positions reached.")
 @click.option("--max-messages", type=click.IntRange(min=1), help="Stop after N records.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (tail).")
 @click.option("--timeout-ms", type=click.IntRange(min=0),
@@ -174,39 +167,43 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
     """Print the records of TOPIC, one per line."""
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
+    if group and (partition is not None or from_time is not None):
+        raise click.UsageError("--group reads the partitions the group assigns from its "
+                               "committed offsets; move them with 'groups reset-offsets'")
     if timeout_ms is not None and not follow:
         raise click.UsageError("--timeout-ms applies to --follow")
     text = TextFormat(fmt == "hex", print_key, print_headers, print_offset, print_partition,
                       print_timestamp, key_separator.encode())
+    tail = follow and not from_beginning
     count = 0
     with open_log(log_dir) as log:
         parts = select_partitions(log, topic, [] if partition is None else [partition])
-        committed: dict[int, int] = {}
-        positions = _starts(log, topic, parts, offset, from_time, from_beginning, follow,
-                            committed)
-        idle_since = time.monotonic()
-        try:
-            while max_messages is None or count < max_messages:
-                got = False
-                for records in fetch_round(log, topic, positions):
-                    if max_messages is not None and len(records) >= max_messages - count:
-                        records = records[: max_messages - count]
-                        positions[records[-1].partition] = records[-1].offset + 1
+        ends = {TopicPartition(topic, p): log.end_offset(topic, p) for p in parts}
+        consumer = log.consumer(group=group, max_poll_records=FETCH,
+                                auto_offset_reset="latest" if tail else "earliest",
+                                enable_auto_commit=group is not None)
+        with consumer:
+            if group:
+                consumer.subscribe([topic])
+            else:
+                consumer.assign(ends)
+                for tp in ends:
+                    consumer.seek(tp, _start(log, tp, offset, from_time, tail))
+            idle_since = time.monotonic()
+            try:
+                while max_messages is None or count < max_messages:
+                    wait = IDLE_WAIT_S if follow or group else 0.0
+                    limit = FETCH if max_messages is None else min(FETCH, max_messages - count)
+                    records = consumer.poll(wait, max_records=limit)
                     for r in records:
                         click.echo(json.dumps(record_json(r)) if fmt == "json"
                                    else text.line(r))
                     count += len(records)
-                    got = got or bool(records)
-                    if max_messages is not None and count >= max_messages:
+                    if records:
+                        idle_since = time.monotonic()
+                    elif _stop(consumer, ends, follow, timeout_ms,
+                               time.monotonic() - idle_since):
                         break
-                if got:
-                    idle_since = time.monotonic()
-                    continue
-                if not follow:
-                    break
-                if timeout_ms is not None and time.monotonic() - idle_since >= timeout_ms / 1000:
-                    break
-                time.sleep(IDLE_WAIT_S)
-        except KeyboardInterrupt:
-            pass
+            except KeyboardInterrupt:
+                pass
     click.echo(f"Processed a total of {count} messages", err=True)

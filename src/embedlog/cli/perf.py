@@ -3,8 +3,8 @@
 ``produce`` appends ``--num-records`` records of ``--record-size`` random bytes (one payload
 pool, as Kafka's tool does) in calls of ``--batch-size`` records; a record's latency is the
 duration of the append call that wrote it (with ``--durability fsync``, until it is on disk).
-``consume`` reads a topic from the start in fetches of up to ``--fetch-size`` records per
-partition, round-robin; latency is per fetch. Both print Kafka's one-line summary, or with
+``consume`` reads a topic from the start with a consumer, ``poll`` returning up to
+``--fetch-size`` records; latency is per poll. Both print Kafka's one-line summary, or with
 ``--json`` one JSON object: ``records``, ``bytes`` (keys + values), ``seconds``,
 ``records_per_sec``, ``mb_per_sec`` (MiB), ``latency_ms`` (``avg``, ``p50``, ``p95``, ``p99``,
 ``p999``, ``max``).
@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import log as log_module
 from ..log import Durability, Log
-from .consume import fetch_round
+from ..records import TopicPartition
 from .options import dir_option, json_option, open_log
 from .output import echo_json, progressbar
 from .produce import CODECS
@@ -133,38 +133,34 @@ def perf_produce(topic: str, num_records: int, record_size: int, key_size: int,
 @click.option("--messages", type=click.IntRange(min=1), help="Stop after N records "
                                                              "(default: all).")
 @click.option("--fetch-size", type=click.IntRange(min=1), default=500, show_default=True,
-              help="Records per fetch.")
+              help="Most records per poll.")
 @dir_option
 @json_option
 def perf_consume(topic: str, messages: int | None, fetch_size: int, log_dir: str,
                  as_json: bool) -> None:
-    """Read a topic from the start and report the rates."""
+    """Read a topic from the start with a consumer and report the rates."""
     latencies: list[float] = []
     done = nbytes = 0
-    with open_log(log_dir) as log:
-        positions = {p: log.start_offset(topic, p) for p in range(log.partition_count(topic))}
-        total = sum(log.end_offset(topic, p) - s for p, s in positions.items())
+    with open_log(log_dir) as log, log.consumer(max_poll_records=fetch_size) as consumer:
+        tps = [TopicPartition(topic, p) for p in range(log.partition_count(topic))]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        total = sum(log.end_offset(*tp) - log.start_offset(*tp) for tp in tps)
         goal = min(total, messages) if messages else total
         with progressbar(goal, f"perf-test consume {topic}", status=True) as bar:
-            start = t0 = time.perf_counter()
+            start = time.perf_counter()
             while done < goal:
-                got = 0
-                for records in fetch_round(log, topic, positions, fetch=fetch_size):
-                    records = records[: goal - done]
-                    t1 = time.perf_counter()
-                    latencies.append((t1 - t0) * 1000)
-                    t0 = t1
-                    nbytes += sum(len(r.key or b"") + len(r.value or b"") for r in records)
-                    done += len(records)
-                    got += len(records)
-                    bar.update(len(records), _rate(done, start))
-                    if done >= goal:
-                        break
-                if not got:
+                t0 = time.perf_counter()
+                records = consumer.poll(0, max_records=min(fetch_size, goal - done))
+                latencies.append((time.perf_counter() - t0) * 1000)
+                if not records:
                     break
+                nbytes += sum(len(r.key or b"") + len(r.value or b"") for r in records)
+                done += len(records)
+                bar.update(len(records), _rate(done, start))
             elapsed = time.perf_counter() - start
     result = summary(done, nbytes, elapsed, latencies)
     if as_json:
         echo_json(result)
     else:
-        click.echo(_line("read", result, f"per fetch of up to {fetch_size}"))
+        click.echo(_line("read", result, f"per poll of up to {fetch_size}"))
