@@ -174,6 +174,8 @@ def main() -> None:
             print(f"  {k:9s} {med[k]:6.2f} s  {n / med[k] / 1e6:6.2f} M rows/s   ({runs})")
         print(f"  ratio embedlog/parquet: {med['parquet'] / med['embedlog']:.2f}x "
               "(target >= 0.5x)")
+        print("  load average (1/5/15 min): {:.1f} {:.1f} {:.1f} on {} CPUs".format(
+            *os.getloadavg(), os.cpu_count()))
 
         restricted(spark, log_dir, args)
         spark.stop()

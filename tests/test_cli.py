@@ -18,9 +18,8 @@ from click.testing import CliRunner, Result
 
 import embedlog
 from embedlog.cli import cli
-from embedlog.partitioner import partition_for_key
 from embedlog.cli.reference import command_paths
-
+from embedlog.partitioner import partition_for_key
 from helpers import small_segments
 
 Run = Callable[..., Result]
@@ -440,6 +439,15 @@ def test_dump_log_reports_damage(run: Run, events: pathlib.Path) -> None:
     assert "Found 3 invalid bytes at the end of" in text
 
 
+def test_consume_stops_at_a_corrupt_batch_with_one_line(run: Run, events: pathlib.Path) -> None:
+    seg = events / "events-0" / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    data[70] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    fails(run("consume", "events", "--partition", "0", code=3), 3, "CRC-32C mismatch",
+          str(seg))
+
+
 def test_dump_log_bad_arguments(run: Run, tmp_path: pathlib.Path) -> None:
     other = tmp_path / "notes.txt"
     other.write_text("hello")
@@ -565,6 +573,97 @@ def test_verify_a_copy_of_a_kafka_folder_and_fix_it(run: Run, kafka_fixtures: pa
     run("verify", str(copy), "--fix")
     assert js(run("verify", str(copy), "--json"))["problems"] == []
     assert js(run("dump-log", str(copy), "--verify-index", "--json"))["problems"] == 0
+
+
+# ---------------------------------------------------------------------------------- groups
+
+
+def test_consume_with_a_group_commits_and_resumes(run: Run, events: pathlib.Path) -> None:
+    first = run("consume", "events", "--group", "g", "--max-messages", "12", "--format", "json")
+    got = [json.loads(x) for x in first.stdout.splitlines()]
+    assert len(got) == 12
+    rest = [json.loads(x) for x in
+            run("consume", "events", "--group", "g", "--format", "json").stdout.splitlines()]
+    # at-least-once without duplicates here: every record exactly once over the two runs
+    seen = sorted((r["partition"], r["offset"]) for r in got + rest)
+    assert seen == [(p, o) for p in range(3) for o in range(10)]
+    assert run("consume", "events", "--group", "g").stdout == ""
+    assert js(run("groups", "list", "--json")) == ["g"]
+
+
+def test_groups_describe_shows_lag(run: Run, events: pathlib.Path) -> None:
+    run("consume", "events", "--group", "g", "--max-messages", "7")
+    [doc] = js(run("groups", "describe", "g", "--json"))
+    assert doc["group"] == "g" and doc["members"] == []  # the consumer left when it stopped
+    offsets = {r["partition"]: r for r in doc["offsets"]}
+    assert sum(r["committed"] or 0 for r in offsets.values()) == 7
+    for r in offsets.values():
+        assert r["log_end"] == 10
+        assert r["lag"] == (None if r["committed"] is None else 10 - r["committed"])
+    assert doc["total_lag"] == sum(r["lag"] or 0 for r in offsets.values())
+    text = run("groups", "describe", "g").stdout.splitlines()
+    assert text[0].startswith("Consumer group 'g' has 0 live members")
+    assert text[2].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
+                               "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]
+    fails(run("groups", "describe", "nope", code=1), 1, "does not exist")
+
+
+def test_groups_describe_a_live_member(run: Run, events: pathlib.Path) -> None:
+    with embedlog.open(events, read_only=True) as log, log.consumer("events",
+                                                                    group="live") as c:
+        assert c.poll(timeout=5.0)
+        c.commit()
+        [doc] = js(run("groups", "describe", "live", "--json"))
+        [member] = doc["members"]
+        assert member["alive"] and member["topics"] == ["events"]
+        assert sorted(member["partitions"]) == [["events", p] for p in range(3)]
+        assert {r["owner"] for r in doc["offsets"]} == {member["id"]}
+        # a live group cannot be reset
+        fails(run("groups", "reset-offsets", "live", "--all-topics", "--to-earliest",
+                  "--execute", code=1), 1, "live member")
+
+
+def test_groups_reset_offsets(run: Run, events: pathlib.Path) -> None:
+    run("consume", "events", "--group", "g")  # everything consumed: committed 10 everywhere
+    dry = run("groups", "reset-offsets", "g", "--topic", "events:1", "--to-offset", "3")
+    assert dry.stdout.splitlines()[1].split() == ["g", "events", "1", "3"]
+    assert "Dry run" in dry.stderr
+    assert run("consume", "events", "--group", "g").stdout == ""  # nothing was committed
+
+    def reset(*how: str) -> list[int]:
+        doc = js(run("groups", "reset-offsets", "g", "--all-topics", *how, "--execute",
+                     "--json"))
+        assert doc["executed"]
+        return [r["new_offset"] for r in doc["offsets"]]
+
+    assert reset("--shift-by", "-4") == [6, 6, 6]
+    assert reset("--shift-by", "-100") == [0, 0, 0]  # clamped to the log start
+    assert reset("--to-latest") == [10, 10, 10]
+    assert reset("--to-datetime", str(BASE_TS + 7000)) == [7, 7, 7]
+    assert reset("--to-earliest") == [0, 0, 0]
+    assert reset("--to-offset", "99") == [10, 10, 10]  # clamped to the log end
+    run("groups", "reset-offsets", "g", "--topic", "events:0,2", "--to-offset", "8",
+        "--execute")
+    again = sorted((json.loads(x)["partition"], json.loads(x)["offset"]) for x in run(
+        "consume", "events", "--group", "g", "--format", "json").stdout.splitlines())
+    assert again == [(0, 8), (0, 9), (2, 8), (2, 9)]
+    fails(run("groups", "reset-offsets", "g", "--all-topics", code=2), 2, "exactly one")
+    fails(run("groups", "reset-offsets", "g", "--to-latest", code=2), 2, "--all-topics")
+    fails(run("groups", "reset-offsets", "g", "--topic", "events:x", "--to-latest", code=2), 2,
+          "TOPIC:P1,P2")
+
+
+def test_consume_group_refuses_explicit_positions(run: Run, events: pathlib.Path) -> None:
+    fails(run("consume", "events", "--group", "g", "--partition", "0", code=2), 2,
+          "reset-offsets")
+
+
+def test_verify_checks_group_files(run: Run, events: pathlib.Path) -> None:
+    run("consume", "events", "--group", "g", "--max-messages", "3")
+    offsets = events / "__groups" / "g" / "offsets"
+    offsets.write_text("0\n5\nevents 0 1\n")
+    doc = js(run("verify", "--json", code=3))
+    assert [p["path"] for p in doc["problems"]] == [str(offsets)]
 
 
 # ---------------------------------------------------------------------------------- perf-test

@@ -267,3 +267,16 @@ def test_threads_append_and_read_one_log(log: embedlog.Log) -> None:
         for tid in (p, p + 2):
             mine = [v for v in got if v.startswith(b"%d-" % tid)]
             assert mine == [b"%d-%d" % (tid, i) for i in range(300)]
+
+
+def test_read_only_view_sees_delete_records_inside_a_segment(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+        log.append_batch("t", values(100))
+        with embedlog.open(log_dir, read_only=True) as ro:
+            assert ro.start_offset("t", 0) == 0
+            log.delete_records("t", 0, 40)
+            assert ro.start_offset("t", 0) == 40
+            assert next(ro.read("t", 0)).offset == 40
+            with pytest.raises(embedlog.OffsetOutOfRangeError):
+                list(ro.read("t", 0, 10))

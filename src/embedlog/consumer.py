@@ -106,6 +106,10 @@ class _Fetch:
         self.buf, self.i, self.gen = [], 0, None
 
 
+_Run = tuple[_Fetch, list[Record]]
+"""Records of one partition handed to an iteration, in order."""
+
+
 class Consumer:
     """Reads records of a :class:`~embedlog.Log` (writer or read-only); see the module notes.
 
@@ -185,13 +189,15 @@ class Consumer:
         self._fetches: dict[TopicPartition, _Fetch] = {}
         self._unannounced: list[TopicPartition] = []
         self._rotation = 0
-        self._epoch = 0  # bumped by seeks and rebalances: iteration drops what it prefetched
         self._next_beat = 0.0
         self._next_lease_try = 0.0
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
         self._closed = False
+        self._closing = False  # set first by close(), which may come from another thread
         self._wake = threading.Event()
         self._deferred: Exception | None = None
+        self._iter_runs: list[_Run] = []
+        self._iter_last: Record | None = None
         if topics:
             self.subscribe(topics)
 
@@ -205,7 +211,8 @@ class Consumer:
         on_revoke: Callback | None = None,
     ) -> None:
         """Consume ``topics``: shared with the group's other members, or every partition
-        without a group. Replaces any earlier subscription or assignment."""
+        without a group. Replaces any earlier subscription or assignment. The partitions free
+        now are assigned before this returns; later changes happen inside ``poll``."""
         self._check_open()
         names = tuple(sorted(set([topics] if isinstance(topics, str) else topics)))
         if not names:
@@ -232,17 +239,23 @@ class Consumer:
             tps = [TopicPartition(t, i) for t in names for i in range(counts[t])]
             self._add(tps)
             self._unannounced = tps
+        self._maintain()  # partitions (and on_assign) now rather than at the first poll
 
     def unsubscribe(self) -> None:
         """Give up the subscription or assignment (``on_revoke`` runs for subscribed ones)."""
-        if self._subscription is not None and self._fetches:
-            self._revoke(list(self._fetches))
-        self._fetches.clear()
-        if self._membership is not None:
-            membership, self._membership = self._membership, None
-            membership.leave()
-        self._subscription = None
-        self._unannounced = []
+        try:
+            if self._subscription is not None and self._fetches:
+                self._revoke(list(self._fetches))
+        finally:
+            self._abandon_iteration()
+            self._fetches.clear()
+            self._subscription = None
+            self._unannounced = []
+            if self._membership is not None:
+                membership, self._membership = self._membership, None
+                for tp in list(membership.leases):
+                    membership.drop_lease(tp)
+                membership.leave()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly ``partitions`` (no group membership; committed offsets of ``group``
@@ -270,14 +283,14 @@ class Consumer:
         return self._membership.state.generation if self._membership is not None else None
 
     def _add(self, tps: Iterable[TopicPartition]) -> None:
-        self._epoch += 1
+        self._abandon_iteration()
         for tp in tps:
             if tp not in self._fetches:
                 self._fetches[tp] = _Fetch(tp, self.log.partition(tp.topic, tp.partition))
 
     def _revoke(self, tps: list[TopicPartition], *, lost: bool = False) -> None:
         """Commit (if auto and still a member), tell the application, then let go of ``tps``."""
-        self._epoch += 1
+        self._abandon_iteration()
         try:
             if self.enable_auto_commit and self._store is not None and not lost:
                 self._commit_positions(tps)
@@ -289,8 +302,10 @@ class Consumer:
                 if self._membership is not None:
                     self._membership.drop_lease(tp)
 
-    def _maintain(self) -> None:
-        """Run the group protocol: heartbeat, follow membership changes, move leases."""
+    def _maintain(self, *, eager: bool = True) -> None:
+        """Run the group protocol: heartbeat, follow membership changes, move leases. Leases
+        still held by their previous owner are retried on every ``poll`` call (``eager``) and
+        every 50 ms while a poll waits."""
         m = self._membership
         if m is None:
             if self._unannounced:
@@ -314,7 +329,7 @@ class Consumer:
         if revoked:
             self._revoke(revoked)
         wanted = sorted(tp for tp in target if tp not in self._fetches)
-        if wanted and (changed or now >= self._next_lease_try):
+        if wanted and (changed or eager or now >= self._next_lease_try):
             self._next_lease_try = now + _GROUP_TICK_S
             gained = [tp for tp in wanted if m.take_lease(tp)]
             if gained:
@@ -327,30 +342,36 @@ class Consumer:
     def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
         """Up to ``max_records`` (default ``max_poll_records``) records, waiting up to
         ``timeout`` seconds for some to arrive."""
-        return self._poll(timeout, max_records, update=True)
+        return self._poll(timeout, max_records, None)
 
-    def _poll(self, timeout: float, max_records: int | None, *, update: bool) -> list[Record]:
+    def _poll(self, timeout: float, max_records: int | None, runs: list[_Run] | None
+              ) -> list[Record]:
         self._check_open()
+        self._abandon_iteration()
         if self._deferred is not None:
             exc, self._deferred = self._deferred, None
             raise exc
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
+        eager = True
         while True:
-            self._maintain()
+            self._maintain(eager=eager)
+            eager = False
             if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
                 self._auto_commit()
-            out = self._collect(limit, update)
-            if out or self._closed:
+            out = self._collect(limit, runs)
+            if out or self._closing:
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return out
             self._wait(remaining)
 
-    def _collect(self, limit: int, update: bool) -> list[Record]:
+    def _collect(self, limit: int, runs: list[_Run] | None) -> list[Record]:
         """Take up to ``limit`` buffered or newly decoded records, visiting the partitions in a
-        rotating order. An error after some records were taken is raised by the next poll."""
+        rotating order, and move the positions past them -- or, given ``runs``, leave the
+        positions to the caller and list the records per partition there. An error after some
+        records were taken is raised by the next poll."""
         fetches = list(self._fetches.values())
         out: list[Record] = []
         n = len(fetches)
@@ -358,6 +379,7 @@ class Consumer:
         self._rotation += 1
         for k in range(n):
             f = fetches[(start + k) % n]
+            first = len(out)
             try:
                 while len(out) < limit:
                     if f.i >= len(f.buf) and not self._fill(f):
@@ -371,8 +393,11 @@ class Consumer:
                 self._deferred = exc
                 break
             finally:
-                if update and f.position is not None:
-                    f.position = f.buf[f.i].offset if f.i < len(f.buf) else f.fetched
+                if runs is None:
+                    if f.position is not None:
+                        f.position = f.buf[f.i].offset if f.i < len(f.buf) else f.fetched
+                elif len(out) > first:
+                    runs.append((f, out[first:]))
             if len(out) >= limit:
                 break
         return out
@@ -508,7 +533,7 @@ class Consumer:
             return
         end = time.monotonic() + limit
         turn = 0
-        while not self._closed:
+        while not self._closing:
             if any(f.p.end_offset > f.stop or not f.p.segments for f in fetches):
                 return
             left = end - time.monotonic()
@@ -523,35 +548,57 @@ class Consumer:
 
     def __iter__(self) -> Iterator[Record]:
         """Records as they arrive; positions move record by record. Stops when the consumer
-        is closed or after ``consumer_timeout_ms`` without records."""
+        is closed or after ``consumer_timeout_ms`` without records.
+
+        Per record only the last one handed out is noted (``_iter_last``); positions are
+        settled from it when asked for, at the end of each partition's run, or when the
+        iteration is abandoned (a seek, a rebalance, a ``poll``)."""
         idle_since = time.monotonic()
         limit = self.consumer_timeout_ms
-        while not self._closed:
+        while not self._closing:
             wait = 0.5 if limit is None else max(0.0, limit / 1000 - (time.monotonic()
                                                                       - idle_since))
-            records = self._poll(wait, None, update=False)
-            if not records:
+            runs: list[_Run] = []
+            self._poll(wait, None, runs)
+            if not runs:
                 if limit is not None and time.monotonic() - idle_since >= limit / 1000:
                     return
                 continue
-            epoch = self._epoch
-            fetches = self._fetches
-            for r in records:
-                if self._epoch != epoch:
-                    break  # seek or rebalance meanwhile: the rest is stale
-                f = fetches.get(r[:2])  # type: ignore[call-overload]
-                if f is not None:
-                    f.position = r.offset + 1
-                yield r
-            else:
-                for f in fetches.values():
-                    if f.i >= len(f.buf) and f.position is not None and f.position < f.fetched:
-                        f.position = f.fetched
-            if self._epoch != epoch:
-                for f in self._fetches.values():
-                    if f.position is not None:
-                        f.move_to(f.position)
+            self._iter_runs = runs
+            for f, run in runs:
+                for r in run:
+                    self._iter_last = r
+                    yield r
+                if not run:
+                    break  # abandoned meanwhile (cleared by _abandon_iteration)
+                self._iter_last = None
+                f.position = run[-1].offset + 1
+                if f.i >= len(f.buf) and f.position < f.fetched:
+                    f.position = f.fetched
+            if self._iter_runs is runs:
+                self._iter_runs = []
             idle_since = time.monotonic()
+
+    def _settle(self) -> None:
+        """Position of the partition whose run the iterator is in."""
+        last = self._iter_last
+        if last is not None:
+            f = self._fetches.get(TopicPartition(last.topic, last.partition))
+            if f is not None:
+                f.position = last.offset + 1
+
+    def _abandon_iteration(self) -> None:
+        """Stop a running iteration: settle, drop what it prefetched, re-read from the
+        positions."""
+        runs = self._iter_runs
+        if not runs:
+            return
+        self._settle()
+        self._iter_runs, self._iter_last = [], None
+        for f, run in runs:
+            if run and f.position is not None and f.position <= run[-1].offset:
+                f.move_to(f.position)  # not all handed out: read again from the position
+            run.clear()
 
     # ------------------------------------------------------------------ positions
 
@@ -564,6 +611,7 @@ class Consumer:
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record this consumer will hand out for ``tp``."""
         self._check_open()
+        self._settle()
         f = self._fetch(TopicPartition(*tp))
         if f.position is None:
             self._init_positions([f])
@@ -575,7 +623,7 @@ class Consumer:
         self._check_open()
         if not isinstance(offset, int) or offset < 0:
             raise UsageError(f"offset must be a non-negative int, not {offset!r}")
-        self._epoch += 1
+        self._abandon_iteration()
         self._fetch(TopicPartition(*tp)).move_to(offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -621,8 +669,10 @@ class Consumer:
         """Store committed offsets (default: the current positions of all assigned
         partitions). Values are next-offsets-to-read, as ints or objects with ``.offset``
         (kafka-python's ``OffsetAndMetadata``). A group member may commit only the partitions
-        it owns (:class:`~embedlog.GroupError` otherwise)."""
-        self._check_open()
+        it owns (:class:`~embedlog.GroupError` otherwise). Works while ``close`` revokes
+        partitions, and after the log was closed (offsets live in their own files)."""
+        if self._closed:
+            raise LogClosedError("the consumer is closed")
         if offsets is None:
             self._commit_positions(list(self._fetches))
             return
@@ -635,6 +685,7 @@ class Consumer:
         self._commit(clean)
 
     def _commit_positions(self, tps: list[TopicPartition]) -> None:
+        self._settle()
         self._commit({tp: p for tp in tps if (p := self._fetches[tp].position) is not None})
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
@@ -662,21 +713,20 @@ class Consumer:
 
     def close(self, autocommit: bool = True) -> None:
         """Commit (with ``enable_auto_commit``), revoke, leave the group. Idempotent."""
-        if self._closed:
+        if self._closing:
             return
-        self._closed = True
+        self._closing = True
         self._wake.set()
         try:
-            if autocommit and self.enable_auto_commit and self._store is not None and (
-                not self.log.closed
-            ):
+            if autocommit and self.enable_auto_commit and self._store is not None:
                 self._commit_positions(list(self._fetches))
         finally:
             enable, self.enable_auto_commit = self.enable_auto_commit, False
             try:
-                self.unsubscribe()
+                self.unsubscribe()  # on_revoke may still commit
             finally:
                 self.enable_auto_commit = enable
+                self._closed = True
 
     @property
     def closed(self) -> bool:

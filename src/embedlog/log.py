@@ -14,6 +14,7 @@ partition's lock; reads run concurrently.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import json
 import os
@@ -25,6 +26,8 @@ import numpy as np
 
 from . import _io, checkpoint
 from ._platform import WriterLock
+from .compaction import CompactionStats, Compactor
+from .compaction.background import CleanerThread
 from .config import TopicConfig
 from .errors import (
     CorruptCheckpointError,
@@ -91,6 +94,10 @@ class Log:
         self._writer_lock: WriterLock | None = None
         self._round_robin = itertools.count()
         self._create = create
+        self._start_stamp: tuple[int, int, int] | None = None
+        self._start_cache: dict[TopicPartition, int] = {}
+        self._compactor: Compactor | None = None
+        self._cleaner: CleanerThread | None = None
         self._open()
 
     # ------------------------------------------------------------------ open / close
@@ -119,11 +126,21 @@ class Log:
             for topic in self._topics.values():
                 for p in topic.partitions:
                     tp = TopicPartition(topic.name, p.partition)
+                    if not os.path.isdir(p.directory):
+                        raise CorruptCheckpointError(
+                            f"topic metadata lists {tp.topic}-{tp.partition}, whose folder is "
+                            "missing", path=p.directory)
                     p.load(recovery_point=points.get(tp), start_offset=starts.get(tp, 0),
                            clean=clean)
         except BaseException:
-            self._close_partitions()
-            self._writer_lock.release()
+            # The open's own error is what the caller must see; releasing what it left half
+            # open may fail too (e.g. a segment whose index could not be opened), but the
+            # writer lock must be released whatever happens.
+            try:
+                with contextlib.suppress(Exception):
+                    self._close_partitions()
+            finally:
+                self._writer_lock.release()
             raise
 
     def _create_root(self) -> bool:
@@ -138,11 +155,10 @@ class Log:
         meta = self._read_metadata()
         if meta is None:
             meta = self._discover_topics()
-        for name, info in meta.items():
+        for name, (count, config) in meta.items():
             if name in self._topics:
                 continue
-            config = TopicConfig.from_kafka(info.get("config", {}))
-            parts = [self._partition(name, i, config) for i in range(int(info["partitions"]))]
+            parts = [self._partition(name, i, config) for i in range(count)]
             self._topics[name] = _Topic(name, config, parts)
         if self.read_only:
             starts = checkpoint.read_offsets(os.path.join(self.path, LOG_START))
@@ -152,30 +168,25 @@ class Log:
                         tp = TopicPartition(topic.name, p.partition)
                         p.load(recovery_point=None, start_offset=starts.get(tp, 0), clean=True)
 
-    def _read_metadata(self) -> dict[str, Any] | None:
+    def _read_metadata(self) -> dict[str, tuple[int, TopicConfig]] | None:
         path = os.path.join(self.path, METADATA)
         try:
-            with builtins.open(path, encoding="utf-8") as f:
-                doc = json.load(f)
+            with builtins.open(path, "rb") as f:
+                raw = f.read(_MAX_METADATA_BYTES + 1)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise CorruptCheckpointError(f"unreadable topic metadata: {exc}", path=path) from exc
-        topics = doc.get("topics") if isinstance(doc, dict) else None
-        if doc.get("version") != 1 or not isinstance(topics, dict):
-            raise CorruptCheckpointError("topic metadata has an unknown layout", path=path)
-        for name in topics:
-            validate_topic(name)
-        return topics
+        return parse_metadata(raw, path=path)
 
-    def _discover_topics(self) -> dict[str, Any]:
+    def _discover_topics(self) -> dict[str, tuple[int, TopicConfig]]:
         """Topics of a plain Kafka directory, from its ``<topic>-<partition>`` folders."""
         found: dict[str, int] = {}
         for entry in os.scandir(self.path):
             parsed = parse_partition_dir(entry.name)
             if parsed and entry.is_dir(follow_symlinks=False):
                 found[parsed[0]] = max(found.get(parsed[0], 0), parsed[1] + 1)
-        return {name: {"partitions": n} for name, n in sorted(found.items())}
+        return {name: (n, TopicConfig()) for name, n in sorted(found.items())}
 
     def _partition(self, topic: str, index: int, config: TopicConfig) -> Partition:
         return Partition(
@@ -188,7 +199,25 @@ class Log:
             clock=self.clock,
             on_start_offset=self._checkpoint_start_offsets,
             on_roll=self._checkpoint_recovery_points,
+            start_offset_source=self._persisted_start_offset if self.read_only else None,
         )
+
+    def _persisted_start_offset(self, p: Partition) -> int | None:
+        """Read-only views: the writer's ``log-start-offset-checkpoint`` entry for ``p``, re-read
+        only when the file changed (so a ``delete_records`` inside a segment is seen)."""
+        path = os.path.join(self.path, LOG_START)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._start_stamp:
+            try:
+                self._start_cache = checkpoint.read_offsets(path)
+            except CorruptCheckpointError:
+                return None  # being replaced right now, or damaged: keep what we know
+            self._start_stamp = stamp
+        return self._start_cache.get(TopicPartition(p.topic, p.partition))
 
     def _write_metadata(self) -> None:
         doc = {
@@ -234,6 +263,7 @@ class Log:
     def close(self) -> None:
         """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the
         lock. Idempotent."""
+        self.stop_cleaner()
         with self._lock:
             if self._closed:
                 return
@@ -318,6 +348,7 @@ class Log:
             topic = self._topic(name)
             del self._topics[name]
             self._write_metadata()
+            self._compaction().forget(name, topic.partitions)
             for p in topic.partitions:
                 p.close()
                 for entry in os.listdir(p.directory):
@@ -604,6 +635,66 @@ class Log:
             p.enforce_retention(now_ms) for t in list(self._topics.values()) for p in t.partitions
         )
 
+    # ------------------------------------------------------------------ compaction
+
+    def _compaction(self) -> Compactor:
+        with self._lock:
+            if self._compactor is None:
+                self._compactor = Compactor(self.path, self.clock)
+            return self._compactor
+
+    def compact(
+        self, topic: str, *, now_ms: int | None = None, map_bytes: int | None = None
+    ) -> CompactionStats:
+        """Compact every partition of a ``cleanup.policy=compact`` topic now, whatever its
+        dirty ratio: for each key only the latest record stays (offsets unchanged), tombstones
+        go ``delete.retention.ms`` after a pass first kept them, and small segments are merged.
+        The active segment and records younger than ``min.compaction.lag.ms`` are left alone.
+
+        ``now_ms`` (default: the log's clock) is the time tombstone horizons are measured with;
+        ``map_bytes`` bounds the key map of a pass (default 128 MiB; a dirty section with more
+        keys than fit is cleaned in several passes)."""
+        self._check_writer()
+        t = self._topic(topic)
+        if not t.config.compact:
+            raise UsageError(
+                f"topic {topic!r} has cleanup.policy={t.config.cleanup_policy}; "
+                "only compacted topics can be compacted"
+            )
+        compactor = self._compaction()
+        total = CompactionStats()
+        for p in t.partitions:
+            with p.poison_on_error():
+                total += compactor.clean(p, now=now_ms, map_bytes=map_bytes)
+        return total
+
+    def start_cleaner(self, interval_s: float = 15.0, *, map_bytes: int | None = None) -> None:
+        """Compact in a background thread: every ``interval_s`` seconds, one pass over each
+        compacted partition whose dirty ratio exceeds ``min.cleanable.dirty.ratio`` or whose
+        oldest uncompacted record is older than ``max.compaction.lag.ms``. Stopped by
+        :meth:`stop_cleaner` and :meth:`close`."""
+        self._check_writer()
+        with self._lock:
+            if self._cleaner is not None:
+                return
+            compactor = self._compaction()
+            if map_bytes is not None:
+                compactor.map_bytes = map_bytes
+
+            def partitions() -> list[Partition]:
+                return [p for t in list(self._topics.values()) for p in t.partitions
+                        if t.config.compact]
+
+            self._cleaner = CleanerThread(compactor, partitions, interval_s)
+            self._cleaner.start()
+
+    def stop_cleaner(self) -> None:
+        """Stop the background cleaner (interrupting a pass between two batches) and wait."""
+        with self._lock:
+            cleaner, self._cleaner = self._cleaner, None
+        if cleaner is not None:
+            cleaner.stop()
+
     # ------------------------------------------------------------------ clients
 
     def producer(self, **kwargs: Any) -> Producer:
@@ -627,6 +718,51 @@ class Log:
 
 def _cut(seq: Sequence[Any] | None, lo: int, hi: int) -> Any:
     return None if seq is None else seq[lo:hi]
+
+
+_MAX_METADATA_BYTES = 64 * 1024 * 1024
+_MAX_PARTITIONS = 1 << 20
+
+
+def parse_metadata(raw: bytes, *, path: str | None = None) -> dict[str, tuple[int, TopicConfig]]:
+    """``{topic: (partition count, config)}`` from the bytes of ``embedlog.json``.
+
+    Layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>, "config": {<Kafka
+    name>: <value>}}}}``. Anything else -- bad JSON, wrong types, an invalid topic name, a
+    partition count outside ``1..2**20``, a config Kafka would reject -- raises
+    :class:`~embedlog.errors.CorruptCheckpointError`.
+    """
+
+    def bad(msg: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"topic metadata: {msg}", path=path)
+
+    if len(raw) > _MAX_METADATA_BYTES:
+        raise bad("file is too large")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise bad(f"unreadable: {exc}") from None
+    topics = doc.get("topics") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(topics, dict):
+        raise bad("unknown layout")
+    out: dict[str, tuple[int, TopicConfig]] = {}
+    for name, info in topics.items():
+        try:
+            validate_topic(name)
+        except UsageError as exc:
+            raise bad(str(exc)) from None
+        count = info.get("partitions") if isinstance(info, dict) else None
+        config = info.get("config", {}) if isinstance(info, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or not (
+                0 < count <= _MAX_PARTITIONS):
+            raise bad(f"topic {name!r} has an invalid partition count {count!r}")
+        if not isinstance(config, dict):
+            raise bad(f"topic {name!r} has a config that is not an object")
+        try:
+            out[name] = (count, TopicConfig.from_kafka(config))
+        except (UsageError, OverflowError) as exc:
+            raise bad(f"topic {name!r}: {exc}") from None
+    return out
 
 
 def _non_default(config: TopicConfig) -> dict[str, Any]:

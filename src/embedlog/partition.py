@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -30,6 +31,7 @@ from itertools import repeat
 from . import _io
 from .config import TopicConfig
 from .errors import (
+    CorruptBatchError,
     CorruptionError,
     LogPoisonedError,
     OffsetOutOfRangeError,
@@ -88,6 +90,7 @@ class Partition:
         clock: Callable[[], int] = now_ms,
         on_start_offset: Callable[[Partition], None] | None = None,
         on_roll: Callable[[Partition], None] | None = None,
+        start_offset_source: Callable[[Partition], int | None] | None = None,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -98,6 +101,8 @@ class Partition:
         self.clock = clock
         self._on_start_offset = on_start_offset
         self._on_roll = on_roll
+        self._start_offset_source = start_offset_source
+        """Read-only views: where the writer's persisted log start offset is read from."""
         self.settings = SegmentSettings(
             index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes,
@@ -115,8 +120,10 @@ class Partition:
         self.appended = threading.Condition(self.lock)
         self.pending: Callable[[], None] | None = None
         """A producer's open batch whose offsets are promised but not yet written; called (under
-        ``lock``, after being cleared) to write it before anything else is appended or flushed."""
+        ``lock``, after being cleared) to write it before anything else is appended, flushed or
+        closed."""
         self.producer_state: ProducerStateTable | None = None
+        self._manifest_seen: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ loading
 
@@ -134,13 +141,25 @@ class Partition:
         if self.writable:
             self._check_manifest(bases, start_offset)
         self.segments = [
-            Segment(self.directory, b, self.settings, writable=False, live=not self.writable)
+            Segment(self.directory, b, self.settings, writable=False,
+                    live=not self.writable and b == bases[-1])
             for b in bases
         ]
         self._bases = list(bases)
+        if not self.writable and any(n.endswith(SWAP_SUFFIX) for n in names):
+            self._adopt(names)  # a compaction is swapping segments in: read what it leaves
         if self.writable:
             self._drop_below_start(start_offset)
             self._recover(recovery_point, clean)
+            if clean and recovery_point is not None and self.end_offset != recovery_point:
+                # A clean close checkpoints the end offset: a log that now ends elsewhere lost
+                # flushed records (a cut at a batch boundary, which CRCs cannot see) or has a
+                # damaged base offset (outside the CRC too).
+                raise CorruptionError(
+                    f"the log ends at offset {self.end_offset}, but it was closed cleanly at "
+                    f"{recovery_point}: flushed records are missing or damaged",
+                    path=self.active.log_path,
+                )
         first = self._bases[0] if self._bases else start_offset
         self.start_offset = max(start_offset, first)
         if not self.segments and self.writable:
@@ -169,9 +188,11 @@ class Partition:
     def _check_manifest(self, bases: list[int], start_offset: int) -> None:
         sealed = self._sealed = read_manifest(self.directory)
         present = set(bases)
+        known = sorted(present | set(sealed))
         for base, size in sealed.items():
-            if base < start_offset:
-                continue
+            later = bisect.bisect_right(known, base)
+            if later < len(known) and known[later] <= start_offset:
+                continue  # wholly below the log start: deleted or about to be
             path = segment_path(self.directory, base, LOG_SUFFIX)
             if base not in present:
                 if bases and base < bases[-1]:
@@ -218,7 +239,7 @@ class Partition:
                 seg.load_active_state()
                 break
             sealed = i < last and seg.base_offset in self._sealed
-            result = seg.recover(truncate=not sealed)
+            result = seg.recover(truncate=not sealed, contiguous=i == len(self.segments) - 1)
             if sealed and result.truncated_bytes:
                 # A sealed segment was fsynced whole: damage inside it is not a torn tail.
                 raise CorruptionError(
@@ -273,30 +294,62 @@ class Partition:
                 names = os.listdir(self.directory)
             except FileNotFoundError:
                 names = []
-            bases = sorted(
-                p[0]
-                for n in names
-                if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and not p[2]
-            )
-            if bases != self._bases:
-                old = {s.base_offset: s for s in self.segments}
-                segs = []
-                for b in bases:
-                    seg = old.pop(b, None)
-                    if seg is None:
-                        seg = Segment(self.directory, b, self.settings, writable=False, live=True)
-                    segs.append(seg)
-                # Segments the writer removed are dropped, not closed: a concurrent iterator may
-                # still be reading them (their descriptors close with the last reference).
-                for seg in segs[:-1]:
-                    if seg.live:
-                        seg.refresh()
-                        seg.live = False
-                self.segments, self._bases = segs, bases
-                if bases:
-                    self.start_offset = max(self.start_offset, bases[0])
+            self._adopt(names)
             if self.segments:
                 self.segments[-1].refresh()
+            if self._start_offset_source is not None:
+                persisted = self._start_offset_source(self)
+                if persisted is not None and persisted > self.start_offset:
+                    self.start_offset = min(persisted, self.end_offset)
+
+    def _adopt(self, names: list[str]) -> None:
+        """Read-only view: the segments ``names`` (a listing) holds, keeping those already open
+        that still are what their name says. While the writer swaps compacted segments in
+        (``.swap`` files present), the view is the one recovery would produce
+        (:func:`embedlog.compaction.swap.reader_view`)."""
+        bases = sorted(
+            p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and not p[2]
+        )
+        swapping = any(n.endswith(LOG_SUFFIX + SWAP_SUFFIX) for n in names)
+        stamp = _manifest_stamp(self.directory)
+        recheck = stamp != self._manifest_seen
+        if bases == self._bases and not swapping and not recheck:
+            return
+        view: dict[int, Segment | None] = dict.fromkeys(bases)
+        if swapping:
+            from .compaction.swap import reader_view
+
+            view = reader_view(self.directory, self.settings)
+        old = {s.base_offset: s for s in self.segments}
+        segs = []
+        for b, opened in view.items():
+            seg = opened or old.get(b)
+            if seg is None or (
+                opened is None and (seg.suffix or (recheck and not seg.is_current()))
+            ):
+                seg = Segment(self.directory, b, self.settings, writable=False, live=True)
+            segs.append(seg)
+        # Segments the writer removed or replaced are dropped, not closed: a concurrent
+        # iterator may still be reading them (their descriptors close with the last reference).
+        for seg in segs[:-1]:
+            if seg.live:
+                seg.refresh()
+                seg.live = False
+        self.segments, self._bases = segs, list(view)
+        self._manifest_seen = stamp
+        if self._bases:
+            self.start_offset = max(self.start_offset, self._bases[0])
+
+    @contextlib.contextmanager
+    def poison_on_error(self) -> Iterator[None]:
+        """Run a mutation: an I/O error inside it leaves the files in an unknown state, so it
+        poisons the partition (appends refused until the log is reopened and recovered)."""
+        try:
+            yield
+        except StorageError as exc:
+            if self.poisoned is None:
+                self.poisoned = exc
+            raise
 
     def check_writable(self) -> None:
         if self.poisoned is not None:
@@ -394,7 +447,7 @@ class Partition:
 
     def roll(self) -> None:
         """Seal the active segment now (if it holds anything)."""
-        with self.lock:
+        with self.lock, self.poison_on_error():
             self.check_writable()
             if self.active.size:
                 self._roll(self.end_offset)
@@ -421,7 +474,7 @@ class Partition:
 
     def close(self) -> None:
         with self.lock:
-            self.pending = None
+            self.drain_pending()
             if self.writable and self.poisoned is None and self.segments:
                 self.active.flush()
             for seg in self.segments:
@@ -461,14 +514,25 @@ class Partition:
             stop = self.end_offset if end is None else min(end, self.end_offset)
             segs = list(self.segments[self._segment_index(start) :])
         offset = start
-        for seg in segs:
+        ceilings = [s.base_offset for s in segs[1:]] + [None]
+        for seg, ceiling in zip(segs, ceilings, strict=True):
             if offset >= stop:
                 return
             position = seg.find_position(offset)
             if position is None:
                 continue
             for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc):
+                if ceiling is not None and header.last_offset >= ceiling:
+                    raise CorruptBatchError(
+                        f"batch offsets {header.base_offset}..{header.last_offset} reach into "
+                        f"the next segment (base {ceiling})",
+                        path=seg.log_path,
+                    )
                 if header.base_offset >= stop:
+                    if not seg.live and header.base_offset >= self._current_end():
+                        raise CorruptBatchError(
+                            f"batch offsets {header.base_offset}..{header.last_offset} lie past "
+                            f"the log end offset", path=seg.log_path)
                     return
                 if (header.last_offset < offset or (header.is_control and not control)
                         or not header.records_count):
@@ -484,6 +548,10 @@ class Partition:
                 if len(records):
                     yield header, records
             offset = max(offset, seg.next_offset)
+
+    def _current_end(self) -> int:
+        with self.lock:  # an append in progress has updated the end once the lock is free
+            return self.end_offset
 
     def read(
         self, start: int, end: int | None = None, max_records: int | None = None
@@ -532,7 +600,7 @@ class Partition:
     def delete_records(self, before: int) -> int:
         """Move the log start offset up to ``before`` (Kafka's DeleteRecords); whole segments
         below it are deleted. Returns the new log start offset."""
-        with self.lock:
+        with self.lock, self.poison_on_error():
             self.check_writable()
             if before > self.end_offset or before < 0:
                 raise OffsetOutOfRangeError(
@@ -551,7 +619,7 @@ class Partition:
         if not self.config.delete:
             return 0
         now = self.clock() if now is None else now
-        with self.lock:
+        with self.lock, self.poison_on_error():
             self.check_writable()
             total = self.size_bytes()
             deleted = 0
@@ -588,12 +656,17 @@ class Partition:
             write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
         return count
 
-    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
-        """Swap compacted segments in for ``old`` (caller holds the lock and did the renames)."""
+    def replace_segments(
+        self, old: list[Segment], new: list[Segment], *, manifest: bool = True
+    ) -> None:
+        """Swap compacted segments in for ``old`` (caller holds the lock and did the renames;
+        ``manifest=False``: it also wrote the manifest of the new set, as it must before the
+        last ``.swap`` file goes)."""
         keep = [s for s in self.segments if s not in old]
         self.segments = sorted(keep + new, key=lambda s: s.base_offset)
         self._bases = [s.base_offset for s in self.segments]
-        write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
+        if manifest:
+            write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
 
 
 def _slice(records: fmt.DecodedRecords, lo: int, hi: int) -> fmt.DecodedRecords:
@@ -613,6 +686,15 @@ def _slice(records: fmt.DecodedRecords, lo: int, hi: int) -> fmt.DecodedRecords:
 def _segment_time(seg: Segment) -> int:
     ts = seg.max_timestamp
     return ts if ts >= 0 else seg.last_modified_ms()
+
+
+def _manifest_stamp(directory: str) -> tuple[int, int, int] | None:
+    """Identity of the manifest file: it is replaced whenever the sealed segments change."""
+    try:
+        st = os.stat(os.path.join(directory, MANIFEST))
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def read_manifest(directory: str) -> dict[int, int]:

@@ -49,6 +49,7 @@ A producer is thread-safe and several may share a ``Log``.
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -93,46 +94,69 @@ _pid_lock = threading.Lock()
 
 
 class _Topic:
-    """What ``send()`` needs of a topic, cached per producer."""
+    """What partition choice needs of a topic, cached per producer."""
 
-    __slots__ = ("all_partitions", "count", "key_cache", "name", "partitions", "sticky",
+    __slots__ = ("all_partitions", "compact", "count", "key_cache", "name", "sticky",
                  "sticky_bytes")
 
-    def __init__(self, name: str, partitions: list[Partition]) -> None:
+    def __init__(self, name: str, count: int, compact: bool) -> None:
         self.name = name
-        self.partitions = partitions
-        self.count = len(partitions)
-        self.all_partitions = list(range(self.count))
+        self.count = count
+        self.compact = compact
+        self.all_partitions = list(range(count))
         self.key_cache: dict[bytes, int] = {}
         self.sticky = 0
         self.sticky_bytes = 0
 
 
-class _OpenBatch:
-    """Records accumulated for one partition, offsets ``base ..`` already handed out. Registered
-    as ``Partition.pending``; calling it writes the batch (under the partition lock)."""
+class _Slot:
+    """This producer's open batch for one partition: records whose offsets ``base ..`` are
+    already handed out.
 
-    __slots__ = ("append_time", "base", "codec", "compact", "headers", "keys", "limit",
-                 "log_append", "max_bytes", "opened", "partition", "producer", "size",
-                 "timestamps", "values")
+    ``lock`` (a plain lock, cheaper than the partition's) guards the lists and ``open``. While
+    ``open``, the slot is the partition's ``pending`` batch; calling it (``drain_pending``,
+    under the partition lock) writes it. Lock order: partition lock, then slot lock.
+    """
 
-    def __init__(self, producer: Producer, p: Partition, limit: int) -> None:
-        cfg = p.config
+    __slots__ = ("append_time", "base", "codec", "headers", "index", "keys", "last", "limit",
+                 "lock", "log_append", "max_bytes", "max_record", "open", "opened", "p",
+                 "producer", "size", "timestamps", "topic", "values")
+
+    def __init__(self, producer: Producer, topic: str, p: Partition) -> None:
         self.producer = producer
-        self.partition = p
-        self.base = p.end_offset
+        self.topic = topic
+        self.index = p.partition
+        self.p = p
+        self.lock = threading.Lock()
+        self.open = False
+        self.base = 0
         self.values: list[bytes | None] = []
         self.keys: list[bytes | None] = []
         self.timestamps: list[int] = []
         self.headers: list[Sequence[Header] | None] | None = None
+        self.size = 0
+        self.opened = 0.0
+        self.limit = self.last = 0
+        self.codec = Compression.NONE
+        self.log_append = False
+        self.append_time = -1
+        self.max_bytes = self.max_record = p.config.max_message_bytes
+
+    def configure(self, base: int) -> None:
+        """Open at ``base`` with the topic's current settings (caller holds both locks)."""
+        producer, cfg = self.producer, self.p.config
+        self.base = base
         self.size = fmt.HEADER_SIZE
         self.max_bytes = cfg.max_message_bytes
-        self.limit = min(limit, self.max_bytes)
-        self.compact = cfg.compact
+        self.max_record = self.max_bytes - fmt.HEADER_SIZE
+        self.limit = 0 if producer.durability == "fsync" else min(producer.batch_size,
+                                                                   self.max_bytes)
+        self.last = producer.max_batch_records - 1
         self.codec = _codec(cfg.compression_type, producer.compression)
         self.log_append = cfg.message_timestamp_type == "LogAppendTime"
-        self.append_time = p.clock() if self.log_append else -1
+        self.append_time = self.p.clock() if self.log_append else -1
         self.opened = time.monotonic()
+        self.open = True
 
     def __call__(self) -> None:
         self.producer._write(self)
@@ -215,13 +239,18 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = partitioner
+        self._plain = key_serializer is None and value_serializer is None
+        self._fast = self._plain  # _plain and not _trouble: send's fast path applies
         self._clock = log.clock
         self._topics: dict[str, _Topic] = {}
-        self._open: dict[Partition, _OpenBatch] = {}
+        self._slots: dict[tuple[str, int], _Slot] = {}
+        self._open: dict[_Slot, None] = {}
         self._error: BaseException | None = None
         self._closed = False
+        self._trouble = False  # _error is set or the producer is closed
         self._cv = threading.Condition(threading.Lock())
         self._flusher: threading.Thread | None = None
+        self._flusher_idle = False
         self._stopping = False
         self.producer_id = -1
         self.producer_epoch = -1
@@ -247,172 +276,224 @@ class Producer:
         The record is written with its batch (see the module notes); with ``durability="fsync"``
         it is on disk when this returns. ``timestamp`` is epoch ms (default: now).
         """
-        if self._error is not None or self._closed:
+        # The common case (bytes key and value, no headers, no serializers) takes the fewest
+        # steps: this loop body is the producer's throughput.
+        if self._fast and value.__class__ is bytes and key.__class__ is bytes and headers is None:
+            size = _RECORD_OVERHEAD + len(value) + len(key)
+        else:
+            value, key, headers, size = self._prepare(topic, value, key, headers)
+        if partition is None:
+            partition = self._choose(topic, key, size)
+        slot = self._slots.get((topic, partition))
+        if slot is None:
+            slot = self._slot(topic, partition)
+        if size > slot.max_record:
+            raise RecordTooLargeError(
+                f"a record of about {size} bytes exceeds max.message.bytes={slot.max_bytes} "
+                f"of topic {topic!r}"
+            )
+        if timestamp is None:
+            timestamp = self._clock()
+        elif timestamp.__class__ is not int:
+            timestamp = operator.index(timestamp)
+        lock = slot.lock
+        lock.acquire()
+        if not slot.open:
+            self._reopen(slot)
+        values = slot.values
+        n = len(values)
+        values.append(value)
+        slot.keys.append(key)
+        slot.timestamps.append(timestamp)
+        if headers is not None or slot.headers is not None:
+            _add_headers(slot, n, headers)
+        slot.size += size
+        offset = slot.base + n
+        full = slot.size >= slot.limit or n >= slot.last
+        if slot.log_append:
+            timestamp = slot.append_time
+        lock.release()
+        if full:
+            self._write_now(slot)
+        return _new(RecordMetadata, (topic, slot.index, offset, timestamp))  # type: ignore[no-any-return]
+
+    def _prepare(
+        self, topic: str, value: Any, key: Any, headers: Sequence[Header] | None
+    ) -> tuple[bytes | None, bytes | None, Sequence[Header] | None, int]:
+        """Serialise and check what the fast path of ``send`` does not handle."""
+        if self._trouble:
             self._check()
-        t = self._topics.get(topic)
-        if t is None:
-            t = self._topic(topic)
+        size = _RECORD_OVERHEAD
         if value is not None:
             if self._value_serializer is not None:
                 value = self._value_serializer(value)
             if value.__class__ is not bytes:
                 value = _as_bytes(value, "value")
-            size = _RECORD_OVERHEAD + len(value)
-        else:
-            size = _RECORD_OVERHEAD
+            size += len(value)
         if key is not None:
             if self._key_serializer is not None:
                 key = self._key_serializer(key)
             if key.__class__ is not bytes:
                 key = _as_bytes(key, "key")
             size += len(key)
+        elif self._topic(topic).compact:
+            raise UsageError(f"topic {topic!r} is compacted: every record needs a key")
         if headers:
             size += _headers_size(headers)
-        if partition is None:
-            if self._partitioner is not None:
-                partition = self._custom_partition(t, key)
-            elif key is None:
-                partition = t.sticky
-                t.sticky_bytes += size
-                if t.sticky_bytes >= self.batch_size:
-                    t.sticky = (partition + 1) % t.count
-                    t.sticky_bytes = 0
-            elif t.count == 1:
-                partition = 0
-            else:
-                partition = t.key_cache.get(key)
-                if partition is None:
-                    partition = partition_for_key(key, t.count)
-                    if len(t.key_cache) < _KEY_CACHE:
-                        t.key_cache[key] = partition
-        elif partition.__class__ is not int or not 0 <= partition < t.count:
-            raise UnknownTopicError(
-                f"topic {topic!r} has partitions 0..{t.count - 1}, not {partition!r}"
-            )
-        p = t.partitions[partition]
-        ts = self._clock() if timestamp is None else timestamp
-        with p.lock:
-            ob = self._open.get(p)
-            if ob is None or p.pending is not ob:
-                ob = self._open_batch(t, p)
-            elif ob.size + size > ob.limit:
-                p.drain_pending()
-                ob = self._open_batch(t, p)
-            if key is None and ob.compact:
-                raise UsageError(f"topic {topic!r} is compacted: every record needs a key")
-            if size + fmt.HEADER_SIZE > ob.max_bytes:
-                raise RecordTooLargeError(
-                    f"a record of about {size} bytes exceeds max.message.bytes={ob.max_bytes} "
-                    f"of topic {topic!r}"
-                )
-            values = ob.values
-            offset = ob.base + len(values)
-            values.append(value)
-            ob.keys.append(key)
-            ob.timestamps.append(ts)
-            if headers:
-                if ob.headers is None:
-                    ob.headers = [None] * len(ob.keys)
-                    ob.headers[-1] = headers
-                else:
-                    ob.headers.append(headers)
-            elif ob.headers is not None:
-                ob.headers.append(None)
-            ob.size += size
-            if self._fsync or ob.size >= ob.limit or len(values) >= self.max_batch_records:
-                p.drain_pending()
-            if ob.log_append:
-                ts = ob.append_time
-        if self._fsync:
-            if self._error is not None:
-                self._check()
-            p.sync()
-        return _new(RecordMetadata, (topic, partition, offset, ts))  # type: ignore[no-any-return]
+        return value, key, headers or None, size
 
-    def _custom_partition(self, t: _Topic, key: bytes | None) -> int:
-        assert self._partitioner is not None
-        chosen = self._partitioner(key, t.all_partitions, t.all_partitions)
-        if chosen.__class__ is not int or not 0 <= chosen < t.count:
-            raise UsageError(
-                f"the partitioner returned {chosen!r} for topic {t.name!r} "
-                f"(partitions 0..{t.count - 1})"
-            )
+    def _choose(self, topic: str, key: bytes | None, size: int) -> int:
+        t = self._topic(topic)
+        if self._partitioner is not None:
+            chosen = self._partitioner(key, t.all_partitions, t.all_partitions)
+            if chosen.__class__ is not int or not 0 <= chosen < t.count:
+                raise UsageError(
+                    f"the partitioner returned {chosen!r} for topic {topic!r} "
+                    f"(partitions 0..{t.count - 1})"
+                )
+            return chosen
+        if key is None:
+            chosen = t.sticky
+            t.sticky_bytes += size
+            if t.sticky_bytes >= self.batch_size:
+                t.sticky = (chosen + 1) % t.count
+                t.sticky_bytes = 0
+            return chosen
+        if t.count == 1:
+            return 0
+        chosen = t.key_cache.get(key, -1)
+        if chosen < 0:
+            chosen = partition_for_key(key, t.count)
+            if len(t.key_cache) < _KEY_CACHE:
+                t.key_cache[key] = chosen
         return chosen
 
     def _topic(self, name: str) -> _Topic:
-        count = self.log.partition_count(name)
-        t = _Topic(name, [self.log.partition(name, i) for i in range(count)])
-        self._topics[name] = t
+        t = self._topics.get(name)
+        if t is None:
+            count = self.log.partition_count(name)
+            t = self._topics[name] = _Topic(name, count, self.log.topic_config(name).compact)
         return t
 
-    def _open_batch(self, t: _Topic, p: Partition) -> _OpenBatch:
-        """Open a batch at the partition's tail (caller holds ``p.lock``)."""
-        if p.pending is not None:
-            p.drain_pending()
-        if not p.segments:  # the log was closed or the topic deleted
-            self._topics.pop(t.name, None)
-            self.log.partition(t.name, p.partition)
-            raise UsageError(f"topic {t.name!r} was deleted and created again; send again")
-        p.check_writable()
-        ob = _OpenBatch(self, p, self.batch_size)
-        p.pending = ob
-        self._open[p] = ob
-        if not self._fsync:
-            with self._cv:
-                if self._flusher is None:
-                    self._flusher = threading.Thread(
-                        target=self._linger_loop, name="embedlog-producer-linger", daemon=True
-                    )
-                    self._flusher.start()
-                self._cv.notify()
-        return ob
+    def _slot(self, topic: str, partition: int) -> _Slot:
+        t = self._topic(topic)
+        if partition.__class__ is not int or not 0 <= partition < t.count:
+            raise UnknownTopicError(
+                f"topic {topic!r} has partitions 0..{t.count - 1}, not {partition!r}"
+            )
+        slot = self._slots[(topic, partition)] = _Slot(
+            self, topic, self.log.partition(topic, partition)
+        )
+        return slot
 
-    def _write(self, ob: _OpenBatch) -> None:
-        """Encode and append an open batch (called through ``Partition.drain_pending``, so under
-        the partition lock with ``pending`` already cleared). Errors are kept for the next
-        call of this producer rather than raised into whoever triggered the write."""
-        p = ob.partition
-        if self._open.get(p) is ob:
-            del self._open[p]
-        if not ob.values:
+    def _reopen(self, slot: _Slot) -> None:
+        """Called holding ``slot.lock`` with the slot closed; returns holding it, open. Raises
+        (without the lock) when the partition cannot take a batch."""
+        while not slot.open:
+            slot.lock.release()
+            p = slot.p
+            with p.lock:
+                if not slot.open:
+                    if p.pending is not None:
+                        p.drain_pending()  # another producer's batch goes first
+                    if not p.segments:  # the log was closed or the topic deleted
+                        self._forget(slot.topic)
+                        self.log.partition(slot.topic, slot.index)
+                        raise UsageError(
+                            f"topic {slot.topic!r} was deleted and created again; send again"
+                        )
+                    p.check_writable()
+                    with slot.lock:
+                        slot.configure(p.end_offset)
+                    p.pending = slot
+                    self._open[slot] = None
+                    if not self._fsync:
+                        self._wake_flusher()
+            slot.lock.acquire()
+
+    def _forget(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+        for key in [k for k in self._slots if k[0] == topic]:
+            del self._slots[key]
+
+    def _write_now(self, slot: _Slot) -> None:
+        p = slot.p
+        with p.lock:
+            if p.pending is slot:
+                p.drain_pending()
+        if self._fsync:
+            if self._trouble:
+                self._check()
+            p.sync()
+
+    def _write(self, slot: _Slot) -> None:
+        """Encode and append the slot's batch. Called through ``Partition.drain_pending``, so
+        under the partition lock with ``pending`` already cleared. Errors are kept for this
+        producer's next call rather than raised into whoever triggered the write."""
+        with slot.lock:
+            values, keys, timestamps, headers = (slot.values, slot.keys, slot.timestamps,
+                                                 slot.headers)
+            base = slot.base
+            slot.values, slot.keys, slot.timestamps, slot.headers = [], [], [], None
+            slot.open = False
+        self._open.pop(slot, None)
+        if not values:
             return
         try:
-            self._append(ob, 0, len(ob.values))
-        except EmbedlogError as exc:
+            self._append(slot, base, values, keys, timestamps, headers)
+        except (EmbedlogError, ValueError, TypeError) as exc:
             self._error = exc
+            self._set_trouble(True)
 
-    def _append(self, ob: _OpenBatch, lo: int, hi: int) -> None:
-        p = ob.partition
-        whole = lo == 0 and hi == len(ob.values)
+    def _append(self, slot: _Slot, base: int, values: list[bytes | None],
+                keys: list[bytes | None], timestamps: list[int],
+                headers: list[Sequence[Header] | None] | None) -> None:
+        p = slot.p
         pid = self.producer_id
         seq = self._sequences.get(p, 0) if pid >= 0 else -1
         batch = fmt.encode_batch(
-            ob.values if whole else ob.values[lo:hi],
-            keys=ob.keys if whole else ob.keys[lo:hi],
-            headers=ob.headers if whole or ob.headers is None else ob.headers[lo:hi],
-            timestamps=ob.timestamps if whole else ob.timestamps[lo:hi],
-            compression=ob.codec,
-            timestamp_type=1 if ob.log_append else 0,
-            max_timestamp=ob.append_time if ob.log_append else None,
+            values,
+            keys=keys,
+            headers=headers,
+            timestamps=timestamps,
+            compression=slot.codec,
+            timestamp_type=1 if slot.log_append else 0,
+            max_timestamp=slot.append_time if slot.log_append else None,
             producer_id=pid,
             producer_epoch=self.producer_epoch,
             base_sequence=seq,
         )
-        if len(batch) > ob.max_bytes and hi - lo > 1:  # compression made it grow: split
-            mid = (lo + hi) // 2
-            self._append(ob, lo, mid)
-            self._append(ob, mid, hi)
+        n = len(values)
+        if len(batch) > slot.max_bytes and n > 1:  # compression made it grow: split
+            mid = n // 2
+            self._append(slot, base, values[:mid], keys[:mid], timestamps[:mid],
+                         headers[:mid] if headers is not None else None)
+            self._append(slot, base + mid, values[mid:], keys[mid:], timestamps[mid:],
+                         headers[mid:] if headers is not None else None)
             return
         header = p.append_encoded(bytearray(batch))
-        if header.base_offset != ob.base + lo:
+        if header.base_offset != base:
             raise AssertionError(
                 f"{p.topic}-{p.partition}: batch landed at {header.base_offset}, "
-                f"offset {ob.base + lo} was promised"
+                f"offset {base} was promised"
             )
         if pid >= 0:
-            self._sequences[p] = next_sequence(seq, hi - lo)
+            self._sequences[p] = next_sequence(seq, n)
 
     # ------------------------------------------------------------------ linger
+
+    def _wake_flusher(self) -> None:
+        """A batch opened: make sure the background writer will look at it. It is woken only
+        when idle (every wake costs a switch of the interpreter lock); otherwise it is already
+        due to wake at the deadline of an older batch and will see this one then."""
+        with self._cv:
+            if self._flusher is None and not self._stopping:
+                self._flusher = threading.Thread(
+                    target=self._linger_loop, name="embedlog-producer-linger", daemon=True
+                )
+                self._flusher.start()
+            elif self._flusher_idle:
+                self._cv.notify()
 
     def _linger_loop(self) -> None:
         """Background writer of batches older than ``linger_ms``; exits when idle."""
@@ -423,21 +504,23 @@ class Producer:
                     self._flusher = None
                     return
                 if not self._open:
+                    self._flusher_idle = True
                     self._cv.wait(_IDLE_EXIT_S)
+                    self._flusher_idle = False
                     if not self._open:
                         self._flusher = None
                         return
                     continue
             now = time.monotonic()
             wait = linger
-            for p, ob in list(self._open.items()):
-                left = ob.opened + linger - now
+            for slot in list(self._open):
+                left = slot.opened + linger - now
                 if left > 0:
                     wait = min(wait, left)
                     continue
-                with p.lock:
-                    if p.pending is ob:
-                        p.drain_pending()
+                with slot.p.lock:
+                    if slot.p.pending is slot:
+                        slot.p.drain_pending()
             with self._cv:
                 if not self._stopping:
                     self._cv.wait(wait)
@@ -446,13 +529,15 @@ class Producer:
 
     def flush(self) -> None:
         """Write every open batch now (durable on return with ``durability="fsync"``)."""
-        for p, ob in list(self._open.items()):
-            with p.lock:
-                if p.pending is ob:
-                    p.drain_pending()
-            if self._fsync:
-                p.sync()
-        self._check()
+        for slot in list(self._open):
+            with slot.p.lock:
+                if slot.p.pending is slot:
+                    slot.p.drain_pending()
+        if self._fsync:
+            for slot in list(self._slots.values()):
+                slot.p.sync()
+        if self._error is not None:
+            self._check()
 
     def close(self) -> None:
         """Flush and stop the background writer. Idempotent."""
@@ -463,6 +548,7 @@ class Producer:
                 self.flush()
         finally:
             self._closed = True
+            self._set_trouble(True)
             with self._cv:
                 self._stopping = True
                 self._cv.notify_all()
@@ -473,9 +559,14 @@ class Producer:
     def _check(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
+            self._set_trouble(self._closed)
             raise error
         if self._closed:
             raise LogClosedError("the producer is closed")
+
+    def _set_trouble(self, trouble: bool) -> None:
+        self._trouble = trouble
+        self._fast = self._plain and not trouble
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition numbers of ``topic``."""
@@ -494,6 +585,14 @@ class Producer:
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
         return f"<embedlog.Producer {self.log.path!r} durability={self.durability}{state}>"
+
+
+def _add_headers(slot: _Slot, n: int, headers: Sequence[Header] | None) -> None:
+    """Record ``headers`` for record ``n`` of the slot (the column appears with the first
+    record that has headers)."""
+    if slot.headers is None:
+        slot.headers = [None] * n
+    slot.headers.append(headers)
 
 
 def _allocate_producer_id(log: Log) -> int:

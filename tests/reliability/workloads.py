@@ -118,8 +118,16 @@ class Session:
         headers: tuple[tuple[str, bytes | None], ...] = (("h", b"%d" % i),) if i % 2 else ()
         return Rec(key, value, NOW + i, headers)
 
+    def _attempt(self, topic: str, partition: int, recs: list[Rec]) -> None:
+        """Record what is about to be appended (at the offsets it must get) before the call: a
+        failed or interrupted append may still leave it on disk, unacknowledged."""
+        end = self.log.end_offset(topic, partition)
+        for j, rec in enumerate(recs):
+            self.truth.add(topic, partition, end + j, rec)
+
     def append(self, topic: str = TOPIC, partition: int = 0) -> None:
         rec = self.record()
+        self._attempt(topic, partition, [rec])
         meta = self.log.append(topic, rec.value, key=rec.key, headers=rec.headers or None,
                                timestamp=rec.timestamp, partition=partition)
         self.truth.add(topic, partition, meta.offset, rec)
@@ -127,6 +135,7 @@ class Session:
 
     def batch(self, topic: str = TOPIC, partition: int = 0, n: int = 3) -> None:
         recs = [self.record() for _ in range(n)]
+        self._attempt(topic, partition, recs)
         metas = self.log.append_batch(
             topic,
             [r.value for r in recs],

@@ -84,3 +84,35 @@ def test_slice_records_keeps_rows_aligned() -> None:
     assert len(part) == 4
     assert [part.value(i) for i in range(4)] == [records.value(i) for i in range(5, 9)]
     assert [part.header(i) for i in range(4)] == [records.header(i) for i in range(5, 9)]
+
+
+def test_batches_are_bounded_by_bytes_too() -> None:
+    schema = kafka_schema()
+    header, records = _decoded(400)  # values of 0..16 bytes, keys of 2..4 bytes
+    batcher = ArrowBatcher("t", 0, resolve_columns(schema), arrow_schema(schema),
+                           batch_rows=10_000, max_bytes=1000)
+    out = list(batcher.add(header.timestamp_type, records)) + list(batcher.flush())
+    sizes = [sum(len(v or b"") + len(k or b"") for k, v in zip(b.column(0).to_pylist(),
+                                                               b.column(1).to_pylist(),
+                                                               strict=True)) for b in out]
+    assert len(out) > 3 and max(sizes) <= 1000
+    assert sum(b.num_rows for b in out) == 400
+
+
+def test_user_schema_checks() -> None:
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from embedlog.errors import InvalidConfigError
+
+    ok = StructType([StructField("Offset", kafka_schema()["offset"].dataType),
+                     StructField("TOPIC", StringType())])
+    assert resolve_columns(ok) == ("offset", "topic")
+    assert arrow_schema(ok).names == ["Offset", "TOPIC"]  # Spark's names, our meaning
+    for bad, message in [
+        (StructType([StructField("nope", IntegerType())]), "unknown column 'nope'"),
+        (StructType([StructField("offset", IntegerType())]), "must be bigint"),
+        (StructType([StructField("topic", StringType()), StructField("Topic", StringType())]),
+         "twice"),
+    ]:
+        with pytest.raises(InvalidConfigError, match=message):
+            resolve_columns(bad)

@@ -176,6 +176,10 @@ def test_split_by_segment_and_byte_budget() -> None:
     one_per_segment = split_ranges(log, [rng], max_partition_bytes=1000)
     assert [(t.start, t.end) for t in one_per_segment] == [(50, 100), (100, 200), (200, 250)]
     assert [t.size_bytes for t in one_per_segment] == [500, 1000, 500]
+    cut = split_ranges(log, [rng], max_partition_bytes=400)  # segments bigger than the budget
+    assert [(t.start, t.end) for t in cut] == [
+        (50, 75), (75, 100), (100, 133), (133, 166), (166, 200), (200, 225), (225, 250)]
+    assert _covers(cut, rng)
     merged = split_ranges(log, [rng], max_partition_bytes=1500)
     assert [(t.start, t.end) for t in merged] == [(50, 200), (200, 250)]
     whole = split_ranges(log, [rng], max_partition_bytes=10**9)

@@ -106,7 +106,13 @@ def test_pushdown_reader_narrows_ranges(spark: Any, logdir: str) -> None:
         want = [r for r in expected_rows(logdir, ["events"])
                 if r["timestamp"].timestamp() * 1000 >= BASE_TS + 2900]
         assert got == project(want, ["topic", "partition", "offset"]) and len(got) == 10
+        # a literal in another session time zone still prunes to the same instant
+        spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+        local = read(spark, logdir, pushFilters="true", subscribe="events").where(
+            "timestamp >= TIMESTAMP '2023-11-14 17:13:22.900'")  # BASE_TS + 2900 ms in UTC-5
+        assert local.count() == 10
     finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
 
 

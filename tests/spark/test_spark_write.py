@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from typing import Any
 
 import pytest
@@ -31,7 +32,10 @@ def records(path: str, topic: str) -> list[tuple[Any, ...]]:
 
 
 def staging_left(path: str) -> bool:
-    return os.path.exists(os.path.join(path, ".spark-staging"))
+    """Whether staged rows are left behind (an aborted job's marker files hold none)."""
+    root = os.path.join(path, ".spark-staging")
+    return os.path.isdir(root) and any(
+        not name.endswith(".aborted") for name in os.listdir(root))
 
 
 def test_round_trip_all_columns(spark: Any, tmp_path: Any) -> None:
@@ -103,5 +107,18 @@ def test_failed_task_aborts_everything(spark: Any, tmp_path: Any) -> None:
         "IF(id = 90, raise_error('boom'), id) AS x",
     )
     with pytest.raises(Exception, match="boom"):
+        df.write.format("embedlog").option("topic", "t").mode("append").save(path)
+    assert records(path, "t") == []
+    deadline = time.monotonic() + 20  # tasks still running when the job failed clean up last
+    while staging_left(path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not staging_left(path)
+
+
+def test_commit_while_another_writer_holds_the_log(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    new_log(path, t=1)
+    df = spark.createDataFrame([("x",)], "value STRING")
+    with embedlog.open(path), pytest.raises(Exception, match="open for writing"):
         df.write.format("embedlog").option("topic", "t").mode("append").save(path)
     assert records(path, "t") == [] and not staging_left(path)

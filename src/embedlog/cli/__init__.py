@@ -7,7 +7,9 @@ Each command lives in its own module; this package wires them to the root group 
 from __future__ import annotations
 
 from .app import cli, main
+from .compact import compact
 from .consume import consume
+from .demo import demo
 from .dump_log import dump_log
 from .groups import groups
 from .offsets import delete_records, get_offsets
@@ -19,5 +21,5 @@ from .verify import verify
 __all__ = ["cli", "main"]
 
 for _command in (topics, produce, consume, dump_log, get_offsets, delete_records,
-                 groups, verify, perf_test):
+                 groups, compact, verify, perf_test, demo):
     cli.add_command(_command)

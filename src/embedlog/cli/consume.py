@@ -31,6 +31,7 @@ from ..log import Log
 from ..records import Record, TopicPartition
 from .jsonbytes import to_json
 from .options import TIMESTAMP, dir_option, open_log, select_partitions
+from .output import timestamp_type_name
 
 __all__ = ["consume", "record_json"]
 
@@ -38,7 +39,6 @@ FETCH = 500
 IDLE_WAIT_S = 0.1
 GROUP_JOIN_S = 2.0
 """Without --follow, how long a group member waits for partitions before giving up."""
-TIMESTAMP_NAMES = {0: "CreateTime", 1: "LogAppendTime"}
 
 
 def record_json(r: Record) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def record_json(r: Record) -> dict[str, Any]:
         "partition": r.partition,
         "offset": r.offset,
         "timestamp": r.timestamp,
-        "timestamp_type": TIMESTAMP_NAMES.get(r.timestamp_type, "NoTimestampType"),
+        "timestamp_type": timestamp_type_name(r.timestamp_type),
         "key": to_json(r.key),
         "value": to_json(r.value),
         "headers": [[k, to_json(v)] for k, v in r.headers],
@@ -74,8 +74,7 @@ class TextFormat:
     def line(self, r: Record) -> bytes:
         fields: list[bytes] = []
         if self.timestamp:
-            fields.append(f"{TIMESTAMP_NAMES.get(r.timestamp_type, 'NoTimestampType')}:"
-                          f"{r.timestamp}".encode())
+            fields.append(f"{timestamp_type_name(r.timestamp_type)}:{r.timestamp}".encode())
         if self.partition:
             fields.append(f"Partition:{r.partition}".encode())
         if self.offset:
@@ -186,7 +185,7 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
             if group:
                 consumer.subscribe([topic])
             else:
-                consumer.assign(ends)
+                consumer.assign(list(ends))
                 for tp in ends:
                     consumer.seek(tp, _start(log, tp, offset, from_time, tail))
             idle_since = time.monotonic()

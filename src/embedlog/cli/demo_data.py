@@ -59,10 +59,12 @@ PAGE_BYTES = [p.encode() for p in PAGES]
 ACTION_BYTES = [a.encode() for a in ACTIONS]
 
 
-def _skewed(rng: np.random.Generator, n: int, size: int, s: float) -> npt.NDArray[np.int64]:
-    """``n`` draws of ``0..size-1`` with probability proportional to ``1 / (rank + 1) ** s``."""
+def _skewed(rng: np.random.Generator, n: int, size: int, s: float, *, shuffle: bool
+            ) -> npt.NDArray[np.int64]:
+    """``n`` draws of ``0..size-1``, rank ``r`` with probability proportional to
+    ``1 / (r + 1) ** s``; ``shuffle`` spreads the popular ranks over the ids."""
     weights = 1.0 / np.arange(1, size + 1) ** s
-    order = rng.permutation(size)  # popular ids are spread out, not 0, 1, 2...
+    order = rng.permutation(size) if shuffle else np.arange(size)
     return order[rng.choice(size, n, p=weights / weights.sum())].astype(np.int64)
 
 
@@ -74,8 +76,8 @@ def make_events(n: int, *, users: int, end_ms: int, seed: int = 7) -> Events:
     minutes = rng.choice(60, n, p=traffic / traffic.sum())
     ts = np.sort(end_ms - HOUR_MS + minutes * 60_000 + rng.integers(0, 60_000, n))
     return Events(
-        user=_skewed(rng, n, users, 0.8),
-        page=_skewed(rng, n, len(PAGES), 1.1),
+        user=_skewed(rng, n, users, 0.8, shuffle=True),
+        page=_skewed(rng, n, len(PAGES), 0.9, shuffle=False),
         action=rng.choice(len(ACTIONS), n, p=ACTION_WEIGHTS).astype(np.int64),
         ms=rng.integers(50, 30_000, n).astype(np.int64),
         ts=ts.astype(np.int64),

@@ -23,7 +23,8 @@ from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_partition
 from ..segment import format as fmt
 from .app import EXIT_CORRUPT, CommandError
 from .jsonbytes import to_json
-from .output import echo_json
+from .options import json_option
+from .output import echo_json, timestamp_type_name
 from .segment_check import Batch, LogWalk, check_offset_index, check_time_index, segment_file
 
 __all__ = ["dump_log", "segment_files"]
@@ -73,7 +74,7 @@ def _batch_doc(b: Batch) -> dict[str, Any]:
         "isControl": h.is_control,
         "deleteHorizonMs": h.delete_horizon_ms,
         "position": b.position,
-        "timestampType": "LogAppendTime" if h.timestamp_type else "CreateTime",
+        "timestampType": timestamp_type_name(h.timestamp_type),
         "maxTimestamp": h.max_timestamp,
         "size": h.size,
         "magic": h.magic,
@@ -137,7 +138,8 @@ RECORD_FIELDS = ("offset", "CreateTime", "LogAppendTime", "keySize", "valueSize"
 
 @dataclass
 class _Dump:
-    """One file's dump; ``problems`` counts what makes the exit code 3."""
+    """A dump-log run: text goes out as it is read, JSON documents collect in ``docs``;
+    ``problems`` counts what makes the exit code 3."""
 
     as_json: bool
     deep: bool
@@ -197,6 +199,9 @@ class _Dump:
             path = walk.path[: -len(LOG_SUFFIX)] + suffix
             if os.path.exists(path):
                 problems += [f"{os.path.basename(path)}: {p}" for p in check(path, walk)]
+        return self._report_index(problems)
+
+    def _report_index(self, problems: list[str]) -> list[str]:
         for p in problems:
             self.out(f"Index mismatch: {p}")
         if not problems:
@@ -226,13 +231,7 @@ class _Dump:
             for _ in walk:
                 pass
             check = check_offset_index if suffix == INDEX_SUFFIX else check_time_index
-            problems = check(path, walk)
-            for p in problems:
-                self.out(f"Index mismatch: {p}")
-            if not problems:
-                self.out("Index check: OK")
-            self.problems += len(problems)
-            result["indexProblems"] = problems
+            result["indexProblems"] = self._report_index(check(path, walk))
         self.docs.append(result)
 
 
@@ -243,7 +242,7 @@ class _Dump:
               help="Also print each record's key and payload (implies --deep-iteration).")
 @click.option("--verify-index", is_flag=True,
               help="Check every index entry against the log.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
              verify_index: bool, as_json: bool) -> None:
     """Print the batches (and records) of segment FILES: .log/.index/.timeindex files,

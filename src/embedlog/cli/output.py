@@ -7,15 +7,20 @@ or scripted runs stay quiet and stdout carries nothing but the command's result.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
 
-__all__ = ["echo_json", "human_bytes", "progressbar", "stderr_is_tty", "table"]
+__all__ = ["echo_json", "human_bytes", "progressbar", "run_with_spinner", "stderr_is_tty",
+           "table", "timestamp_type_name"]
+
+T = TypeVar("T")
 
 
 def stderr_is_tty() -> bool:
@@ -49,6 +54,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def timestamp_type_name(timestamp_type: int) -> str:
+    """Kafka's names: ``CreateTime`` (0), ``LogAppendTime`` (1)."""
+    return {0: "CreateTime", 1: "LogAppendTime"}.get(timestamp_type, "NoTimestampType")
+
+
 def human_bytes(n: float) -> str:
     """``1536`` -> ``1.5 KiB``."""
     units = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -57,3 +67,24 @@ def human_bytes(n: float) -> str:
         n /= 1024
         i += 1
     return f"{n:.0f} B" if i == 0 else f"{n:.1f} {units[i]}"
+
+
+def _ticks(done: threading.Event, interval_s: float) -> Iterator[None]:
+    while not done.wait(interval_s):
+        yield None
+
+
+def run_with_spinner(fn: Callable[[], T], label: str) -> T:
+    """``fn()``, showing an indeterminate bar on a terminal while it runs (for an operation
+    that reports no progress of its own)."""
+    if not stderr_is_tty():
+        return fn()
+    done = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        future: Future[T] = pool.submit(fn)
+        future.add_done_callback(lambda _: done.set())
+        with click.progressbar(_ticks(done, 0.1), label=label,
+                               file=click.get_text_stream("stderr")) as bar:
+            for _ in bar:
+                pass
+        return future.result()

@@ -2,7 +2,8 @@
 
 :class:`LogWalk` walks a ``.log`` file batch by batch like Kafka's ``DumpLogSegments``: it keeps
 going past a batch whose CRC-32C or records are bad (reporting it), and stops at the first batch
-whose framing is unreadable (bad length or magic) or at an incomplete tail. While walking it keeps
+whose framing is unreadable (bad length or magic, offsets out of order: the segment's walk
+checks those) or at an incomplete tail. While walking it keeps
 what the index checks need: every batch's position, last offset and the running maximum
 timestamp, in compact ``array('q')`` columns.
 
@@ -89,7 +90,7 @@ class LogWalk:
             position = 0
             max_ts = -1
             try:
-                for buf, p, header in seg.batches(0, verify=False):
+                for buf, p, header in seg.batches(0, verify=False, partial_tail=True):
                     batch = self._check(buf, p, header, position)
                     if self.first_offset is None:
                         self.first_offset = header.base_offset
@@ -115,13 +116,6 @@ class LogWalk:
         except CorruptBatchError as exc:
             crc_valid, error = False, _reason(exc)
         records = None
-        if header.last_offset < header.base_offset or (
-            self.last_offsets and header.base_offset <= self.last_offsets[-1]
-        ):
-            error = error or (f"offsets {header.base_offset}..{header.last_offset} do not "
-                              "follow the previous batch")
-        elif header.base_offset < self.base_offset:
-            error = error or f"base offset {header.base_offset} is below the segment's"
         if self.decode and header.records_count and crc_valid:
             try:
                 records = fmt.decode_records(buf, p, header)

@@ -102,9 +102,9 @@ class Digester:
             if j >= shortest:
                 sel = np.flatnonzero(nwords > j)
             p = pos + 8 * j if sel is None else pos[sel] + 8 * j
-            w = words[p].astype(np.uint64)
-            left = lens - 8 * j if sel is None else lens[sel] - 8 * j
-            if int(left.min()) < 8:
+            w = np.asarray(words[p], dtype=np.uint64)
+            if j + 1 >= shortest:  # the last word of some key: keep only its bytes
+                left = lens - 8 * j if sel is None else lens[sel] - 8 * j
                 w &= _MASKS[np.minimum(left, 8)]
             for lane in (0, 1):
                 tag = np.uint64((self._seeds[lane] + j * _POSITION) & _U64_MASK)

@@ -49,6 +49,9 @@ class FileLock:
     def held(self) -> bool:
         return self.fd is not None
 
+    def __del__(self) -> None:  # an abandoned holder lets go, like a dead process
+        self.release()
+
     def __enter__(self) -> FileLock:
         self.acquire()
         return self

@@ -98,6 +98,7 @@ __all__ = [
     "iter_batches",
     "next_batch",
     "parse_header",
+    "rebuild_batch",
     "set_base_offset",
     "verify_crc",
 ]
@@ -788,6 +789,21 @@ def _assemble(
     tail = hdr[ATTRIBUTES_OFFSET:]
     crc = crc32c.crc32c(records, crc32c.crc32c(tail))
     return b"".join((hdr[:CRC_OFFSET], _U32.pack(crc), tail, records))
+
+
+def rebuild_batch(
+    header: BatchHeader, records: bytes, records_count: int, max_timestamp: int
+) -> bytes:
+    """The batch ``header`` describes with another records section: ``records`` (encoded, and
+    compressed with the codec in ``header.attributes``) holding ``records_count`` records.
+    Every other field is kept; batchLength and the CRC are recomputed. Compaction uses it to
+    drop records without re-encoding the ones it keeps: their offset and timestamp deltas
+    stay relative to the same base offset and base timestamp."""
+    return _assemble(
+        records, header.base_offset, header.leader_epoch, header.attributes,
+        header.last_offset_delta, header.base_timestamp, max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, records_count,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- decoding

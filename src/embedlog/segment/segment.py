@@ -22,6 +22,7 @@ import os
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .. import _io
 from ..errors import CorruptBatchError, CorruptIndexError
@@ -30,6 +31,8 @@ from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
 
 __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
+
+_Index = TypeVar("_Index", OffsetIndex, TimeIndex)
 
 log = logging.getLogger(__name__)
 
@@ -66,26 +69,31 @@ class Segment:
         *,
         writable: bool,
         live: bool = False,
+        suffix: str = "",
     ) -> None:
         """Open the segment (the ``.log`` must exist unless ``writable``).
 
         ``live`` marks the last segment of a partition opened read-only while another process
         may be writing it: its size is re-read on :meth:`refresh` and its indexes are read with
         ``pread`` copies instead of mappings (a writer may trim them; a mapping would SIGBUS).
+        ``suffix`` is appended to the three file names (Kafka's ``.cleaned`` / ``.swap``
+        segments of a compaction in progress).
         """
         self.directory = directory
         self.base_offset = base_offset
         self.settings = settings
         self.writable = writable
         self.live = live
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
-        self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
-        self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX)
+        self.suffix = suffix
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX) + suffix
+        self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX) + suffix
+        self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX) + suffix
         self._wfd: int | None = None
         self._rfd: int | None = None
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._index_size_seen = -1
+        self._replaced = False  # log_path was found to name another file: no index by name
         self._next_offset: int | None = None
         self._max_timestamp: int | None = None
         self._offset_of_max_timestamp = base_offset
@@ -120,39 +128,76 @@ class Segment:
                 self._next_offset = None
 
     def batches(
-        self, position: int = 0, end: int | None = None, *, verify: bool = True
+        self,
+        position: int = 0,
+        end: int | None = None,
+        *,
+        verify: bool = True,
+        partial_tail: bool | None = None,
     ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
         """Yield ``(buffer, position in buffer, header)`` for each batch from byte ``position``.
 
-        Stops quietly at an incomplete final batch (not yet written, or a torn tail that
-        recovery will cut); raises :class:`CorruptBatchError` with the file position at the first
-        invalid batch.
+        Raises :class:`CorruptBatchError` with the file position at the first invalid batch.
+        An incomplete final batch ends the walk quietly only where one can exist: in a ``live``
+        segment another process is appending to, or with ``partial_tail`` (recovery, which cuts
+        it). Anywhere else -- a sealed segment, the writer's recovered active segment -- bytes
+        that do not form a whole batch are damage (a flipped length field is outside the CRC),
+        and so are batch offsets below the segment base or not increasing (the base offset is
+        outside the CRC too) -- in an active segment (never compacted) each batch must start
+        exactly where the previous one ended.
         """
+        tail_ok = self.live if partial_tail is None else partial_tail
+        exact = False
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
         chunk = FIRST_CHUNK
+        floor = self.base_offset
         while position < limit:
             buf = self.pread(position, min(chunk, limit - position))
             chunk = min(chunk * 4, READ_CHUNK)
             p = 0
             while (header := self._next(buf, p, position, verify, max_batch)) is not None:
+                floor = self._check_order(header, floor, position + p, exact)
+                exact = self.live or self.writable
                 yield buf, p, header
                 p += header.size
             if p == 0:
                 # The batch at `position` is larger than the chunk: read it whole, unless it is
                 # an incomplete tail.
                 if len(buf) < 12:
-                    return
+                    break
                 total = 12 + int.from_bytes(buf[8:12], "big", signed=True)
                 if total <= len(buf) or total > limit - position:
-                    return
+                    break
                 buf = self.pread(position, total)
                 header = self._next(buf, 0, position, verify, max_batch)
                 if header is None:
-                    return
+                    break
+                floor = self._check_order(header, floor, position, exact)
+                exact = self.live or self.writable
                 yield buf, 0, header
                 p = header.size
             position += p
+        if position < limit and limit == self.size and not tail_ok:
+            raise CorruptBatchError(
+                f"{limit - position} bytes at the end do not form a whole batch",
+                path=self.log_path,
+                position=position,
+            )
+
+    def _check_order(self, header: fmt.BatchHeader, floor: int, position: int, exact: bool
+                     ) -> int:
+        """The offsets of ``header`` start at (``exact``) or above ``floor``; returns the next
+        floor."""
+        if (header.base_offset != floor if exact else header.base_offset < floor) or (
+                header.last_offset < header.base_offset):
+            raise CorruptBatchError(
+                f"batch offsets {header.base_offset}..{header.last_offset} are out of order "
+                f"(expected >= {floor})",
+                path=self.log_path,
+                position=position,
+            )
+        return header.next_offset
 
     def _next(
         self, buf: bytes, p: int, base: int, verify: bool, max_batch: int
@@ -162,9 +207,33 @@ class Segment:
         except CorruptBatchError as exc:
             raise _located(exc, self.log_path, base + p) from exc
 
+    def is_current(self) -> bool:
+        """Whether ``log_path`` still names the file this segment reads. Compaction renames a
+        new file over a segment's name; an index found by that name then belongs to the new
+        file, and a reader still holding the old one must not use it."""
+        if self._rfd is None:
+            return False
+        try:
+            named = os.stat(self.log_path)
+        except FileNotFoundError:
+            return False
+        own = os.fstat(self._rfd)
+        return (named.st_ino, named.st_dev) == (own.st_ino, own.st_dev)
+
+    def _own_index(self, index: _Index) -> _Index | None:
+        """``index`` (just opened by name) if it belongs to this segment's file, else None
+        (closed, and no index is opened by name again)."""
+        if self.is_current():
+            return index
+        index.close()
+        self._replaced = True
+        return None
+
     def _offset_index(self) -> OffsetIndex | None:
         if self.writable:
             return self._index
+        if self._replaced:
+            return None
         if self.live:
             # pread copies of a file the writer may trim; reload when it grew.
             try:
@@ -174,15 +243,19 @@ class Segment:
             if self._index is None or size != self._index_size_seen:
                 if self._index is not None:
                     self._index.close()
-                self._index = OffsetIndex(
-                    self.index_path, self.base_offset, writable=False, copy=True
+                self._index = self._own_index(
+                    OffsetIndex(self.index_path, self.base_offset, writable=False, copy=True)
                 )
                 self._index_size_seen = size
             return self._index
         if self._index is None:
             if not os.path.exists(self.index_path):
                 return None
-            self._index = OffsetIndex(self.index_path, self.base_offset, writable=False)
+            self._index = self._own_index(
+                OffsetIndex(self.index_path, self.base_offset, writable=False)
+            )
+            if self._index is None:
+                return None
             try:
                 self._index.sanity_check(self.size)
             except CorruptIndexError:
@@ -192,12 +265,20 @@ class Segment:
         return self._index
 
     def _time_index(self) -> TimeIndex | None:
-        if self._timeindex is None and not self.writable:
+        if self._timeindex is None and not self.writable and not self._replaced:
             if not os.path.exists(self.timeindex_path):
                 return None
-            self._timeindex = TimeIndex(
-                self.timeindex_path, self.base_offset, writable=False, copy=self.live
+            self._timeindex = self._own_index(
+                TimeIndex(self.timeindex_path, self.base_offset, writable=False, copy=self.live)
             )
+            if self._timeindex is not None and not self.live:
+                try:
+                    self._timeindex.sanity_check(self.size)
+                except CorruptIndexError:
+                    log.warning("ignoring inconsistent index %s; scanning the log",
+                                self.timeindex_path)
+                    self._timeindex.close()
+                    self._timeindex = None
         return self._timeindex
 
     def find_position(self, offset: int) -> int | None:
@@ -215,9 +296,21 @@ class Segment:
             try:
                 header = fmt.parse_header(head, 0)
             except CorruptBatchError as exc:
+                if position == start and start:
+                    position = start = 0  # the index pointed into a batch: it is damaged
+                    continue
                 raise _located(exc, self.log_path, position) from exc
+            if position == start and start and header.base_offset > offset:
+                position = start = 0  # the index claims a later batch holds `offset`: damaged
+                continue
             if position + header.size > self.size:
-                return None
+                if self.live:
+                    return None  # not completely written yet
+                raise CorruptBatchError(
+                    f"batch of {header.size} bytes runs past the end of the segment",
+                    path=self.log_path,
+                    position=position,
+                )
             if header.last_offset >= offset:
                 return position
             position += header.size
@@ -248,13 +341,26 @@ class Segment:
         return self._next_offset
 
     def _scan_tail(self) -> int:
+        """The end offset, from the batch headers after the last index entry (the index only
+        says where to start: its offsets are never trusted for the answer)."""
         index = self._offset_index()
-        start, nxt = 0, self.base_offset
+        start = 0
         if index is not None and len(index):
-            last_offset, start = index.lookup(2**63 - 1)
-            nxt = last_offset + 1
-        for _, _, header in self.batches(start, verify=False):
-            nxt = header.next_offset
+            start = index.lookup(2**63 - 1)[1]
+        return self._walk_tail(start)
+
+    def _walk_tail(self, start: int) -> int:
+        nxt = None
+        if start:
+            try:
+                for _, _, header in self.batches(start, verify=False):
+                    nxt = header.next_offset
+            except CorruptBatchError:
+                nxt = None  # the index pointed into a batch
+        if nxt is None:
+            nxt = self.base_offset
+            for _, _, header in self.batches(0, verify=False):
+                nxt = header.next_offset
         return nxt
 
     @property
@@ -263,12 +369,14 @@ class Segment:
         as Kafka keeps it, else a scan."""
         if self._max_timestamp is None:
             tindex = self._time_index()
-            ts = -1
+            ts, position = -1, 0
             if tindex is not None and len(tindex):
-                ts = tindex.last_entry()[0]
-            if ts < 0:
-                for _, _, header in self.batches(0, verify=False):
-                    ts = max(ts, header.max_timestamp)
+                ts, offset = tindex.last_entry()
+                position = self.find_position(offset) or 0
+            # The batches after the last entry too: a time index cut at an entry boundary
+            # still looks valid, and would hide the segment's newest timestamps.
+            for _, _, header in self.batches(position, verify=False):
+                ts = max(ts, header.max_timestamp)
             self._max_timestamp = ts
         return self._max_timestamp
 
@@ -297,8 +405,18 @@ class Segment:
 
     def load_active_state(self) -> None:
         """After a clean open: the end offset, the max timestamp and the roll timestamp, from the
-        indexes plus a walk of the batches after the last index entry."""
+        indexes plus a walk of the batches after the last index entry.
+
+        Indexes that fail their sanity check, or whose entries reach past the end the walk
+        finds, are rebuilt from the log; the log itself was closed cleanly, so any damage found
+        then raises :class:`CorruptBatchError` instead of being cut."""
         assert self._index is not None and self._timeindex is not None
+        try:
+            self._index.sanity_check(self.size)
+            self._timeindex.sanity_check(self.size)
+        except CorruptIndexError:
+            self._rebuild_indexes()
+            return
         self._max_timestamp, self._offset_of_max_timestamp = self._timeindex.last_entry()
         if self.size >= fmt.HEADER_SIZE:
             self._first_batch_timestamp = fmt.parse_header(
@@ -307,16 +425,39 @@ class Segment:
         start, nxt = 0, self.base_offset
         if len(self._index):
             _, start = self._index.lookup(2**63 - 1)
-        for _, _, header in self.batches(start, verify=False):
-            if header.max_timestamp > self._max_timestamp:
-                self._max_timestamp = header.max_timestamp
-                self._offset_of_max_timestamp = header.last_offset
-            nxt = header.next_offset
+        try:
+            for _, _, header in self.batches(start, verify=False):
+                if header.max_timestamp > self._max_timestamp:
+                    self._max_timestamp = header.max_timestamp
+                    self._offset_of_max_timestamp = header.last_offset
+                nxt = header.next_offset
+        except CorruptBatchError:
+            self._rebuild_indexes()
+            return
+        stale = (len(self._index) and self._index.last_offset >= nxt) or (
+            len(self._timeindex) and self._timeindex.last_entry()[1] >= nxt)
+        if stale or (start and nxt == self.base_offset):
+            self._rebuild_indexes()
+            return
         self._next_offset = nxt
 
-    def recover(self, *, truncate: bool = True) -> RecoveryResult:
+    def _rebuild_indexes(self) -> None:
+        log.warning("rebuilding the inconsistent indexes of %s", self.log_path)
+        result = self.recover(truncate=False)
+        if result.truncated_bytes:
+            raise CorruptBatchError(
+                f"segment closed cleanly is damaged: {result.error or 'incomplete batch'}",
+                path=self.log_path,
+                position=result.valid_bytes,
+            )
+
+    def recover(self, *, truncate: bool = True, contiguous: bool = False) -> RecoveryResult:
         """Validate every batch from byte 0, rebuild both indexes, and cut the log at the first
-        invalid or incomplete batch (Kafka's ``LogSegment.recover``)."""
+        invalid or incomplete batch (Kafka's ``LogSegment.recover``).
+
+        ``contiguous`` (the active segment, never compacted): each batch must start exactly
+        where the previous one ended, the first at the base offset -- a damaged base offset is
+        outside the CRC, and this is the only way to see one in the last batch standing."""
         assert self._index is not None and self._timeindex is not None
         self._index.reset()
         self._timeindex.reset()
@@ -325,8 +466,10 @@ class Segment:
         self._bytes_since_index = 0
         valid, nxt, error = 0, self.base_offset, None
         try:
-            for buf, p, header in self.batches(0, verify=_io.SAFETY.verify_crc):
-                if header.base_offset < nxt or header.last_offset - self.base_offset > INT32_MAX:
+            for buf, p, header in self.batches(0, verify=_io.SAFETY.verify_crc,
+                                               partial_tail=True):
+                misplaced = header.base_offset != nxt if contiguous else header.base_offset < nxt
+                if misplaced or header.last_offset - self.base_offset > INT32_MAX:
                     error = f"batch offsets {header.base_offset}..{header.last_offset} out of order"
                     break
                 if not header.is_control and header.records_count:

@@ -18,13 +18,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ArrowBatcher", "records_to_batch", "slice_records"]
+__all__ = ["MAX_BATCH_BYTES", "ArrowBatcher", "records_to_batch", "slice_records"]
 
+
+
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+"""Key+value bytes per Arrow batch: keeps big records (up to ``max.message.bytes`` each) from
+making huge batches, and every ``binary`` column far below Arrow's 2 GiB int32-offset limit."""
 
 
 class ArrowBatcher:
     """Accumulates one partition's decoded batches and yields ``RecordBatch``es of
-    ``schema`` (whose field order and names follow ``columns``)."""
+    ``schema`` (whose field order and names follow ``columns``) of at most ``batch_rows`` rows
+    and about :data:`MAX_BATCH_BYTES` of keys and values."""
 
     def __init__(
         self,
@@ -33,26 +39,40 @@ class ArrowBatcher:
         columns: Sequence[str],
         schema: pa.Schema,
         batch_rows: int,
+        max_bytes: int = MAX_BATCH_BYTES,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.columns = tuple(columns)
         self.schema = schema
         self.batch_rows = batch_rows
+        self.max_bytes = max_bytes
         self._pending: list[tuple[int, Any]] = []
         self._rows = 0
+        self._bytes = 0
 
     def add(self, timestamp_type: int, records: Any) -> Iterator[pa.RecordBatch]:
         """Queue one Kafka batch's records; yield every full Arrow batch now available."""
         n = len(records)
+        sizes = np.cumsum(np.maximum(records.key_len, 0) + np.maximum(records.value_len, 0),
+                          dtype=np.int64)
         start = 0
-        while n - start > 0:
+        while start < n:
+            before = int(sizes[start - 1]) if start else 0
             take = min(n - start, self.batch_rows - self._rows)
+            room = self.max_bytes - self._bytes
+            if int(sizes[start + take - 1]) - before > room:
+                fit = int(np.searchsorted(sizes[start : start + take], before + room, "right"))
+                if fit == 0 and self._rows:
+                    yield self._emit()
+                    continue
+                take = max(fit, 1)
             part = records if take == n else slice_records(records, start, start + take)
             self._pending.append((timestamp_type, part))
             self._rows += take
+            self._bytes += int(sizes[start + take - 1]) - before
             start += take
-            if self._rows >= self.batch_rows:
+            if self._rows >= self.batch_rows or self._bytes >= self.max_bytes:
                 yield self._emit()
 
     def flush(self) -> Iterator[pa.RecordBatch]:
@@ -64,7 +84,7 @@ class ArrowBatcher:
         batch = records_to_batch(
             self._pending, self.topic, self.partition, self.columns, self.schema
         )
-        self._pending, self._rows = [], 0
+        self._pending, self._rows, self._bytes = [], 0, 0
         return batch
 
 

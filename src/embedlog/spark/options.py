@@ -9,6 +9,18 @@ Every bad value raises :class:`~embedlog.errors.InvalidConfigError` naming the o
 Precedence, as in Kafka: ``startingTimestamp`` > ``startingOffsetsByTimestamp`` >
 ``startingOffsets`` and ``endingTimestamp`` > ``endingOffsetsByTimestamp`` > ``endingOffsets``.
 Lower-precedence options are still validated, so a typo never hides.
+
+Differences from Kafka: with none of ``subscribe``/``subscribePattern``/``assign`` every topic of
+the directory is read; offset JSON may use the short form ``{"0": 23}`` when one topic is
+selected; ``minOffsetsPerTrigger`` has no ``maxTriggerDelay`` (the Python API cannot express
+it); options only a broker understands (``kafka.*``, ``groupIdPrefix``, ``fetchOffset.*``...)
+are accepted and ignored, any other unknown option is an error. embedlog's own options:
+
+* ``pushFilters`` (false): use the filter-pushdown reader (also needs
+  ``spark.sql.python.filterPushdown.enabled=true``);
+* ``maxRecordsPerBatch`` (32768): rows per Arrow batch handed to Spark;
+* ``maxBytesPerPartition`` (128 MiB): adjacent segments of a partition share one task up to
+  this size.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ fake. Steps:
 3. :func:`offset_ranges`: pair start and end, applying ``failOnDataLoss`` when an offset is
    outside ``[log start, log end]``.
 4. :func:`split_ranges`: cut each range at segment boundaries (adjacent small segments share a
-   task up to ``maxBytesPerPartition``), then split further when ``minPartitions`` asks for more
-   tasks, proportionally to volume as Kafka's ``KafkaOffsetRangeCalculator`` does.
+   task up to ``maxBytesPerPartition``, a bigger segment is cut by offsets to fit), then split
+   further when ``minPartitions`` asks for more tasks, proportionally to volume as Kafka's
+   ``KafkaOffsetRangeCalculator`` does.
 """
 
 from __future__ import annotations
@@ -353,7 +354,8 @@ def _by_segment(
             )
         else:
             merged.append(piece)
-    return merged
+    # A segment bigger than the budget (1 GiB by default) is cut by offsets.
+    return [part for task in merged for part in _cut(task, -(-task.size_bytes // budget))]
 
 
 def _spread(tasks: list[OffsetRange], want: int) -> list[OffsetRange]:
@@ -362,15 +364,21 @@ def _spread(tasks: list[OffsetRange], want: int) -> list[OffsetRange]:
     total = sum(t.count for t in tasks)
     if total == 0:
         return tasks
+    return [part for task in tasks for part in _cut(task, round(task.count * want / total))]
+
+
+def _cut(task: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``task`` in ``parts`` offset ranges of equal length (at least 1, at most one per
+    offset), bytes shared in proportion."""
+    parts = max(1, min(task.count, parts))
+    if parts == 1:
+        return [task]
     out: list[OffsetRange] = []
-    for task in tasks:
-        parts = max(1, min(task.count, round(task.count * want / total)))
-        for k in range(parts):
-            lo = task.start + task.count * k // parts
-            hi = task.start + task.count * (k + 1) // parts
-            if hi > lo:
-                size = task.size_bytes * (hi - lo) // task.count
-                out.append(OffsetRange(task.topic, task.partition, lo, hi, size))
+    for k in range(parts):
+        lo = task.start + task.count * k // parts
+        hi = task.start + task.count * (k + 1) // parts
+        out.append(OffsetRange(task.topic, task.partition, lo, hi,
+                               task.size_bytes * (hi - lo) // task.count))
     return out
 
 

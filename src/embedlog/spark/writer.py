@@ -13,7 +13,8 @@ Only the process holding the log's writer lock may append, so executors never to
 2. the driver's :meth:`EmbedlogWriter.commit` first checks every staged row (topic exists,
    partition in range), then appends them through one writer in task order, and removes the
    staging folder;
-3. :meth:`EmbedlogWriter.abort` only removes the staging folder.
+3. :meth:`EmbedlogWriter.abort` only removes the staging folder (and leaves a marker so that
+   tasks still running drop their files).
 
 So a failed job, or a bad row anywhere, leaves the log untouched. (A crash of the driver in the
 middle of step 2 can leave a prefix of the job appended, as a crashed Kafka producer can.)
@@ -57,6 +58,8 @@ __all__ = ["EmbedlogStreamWriter", "EmbedlogWriter", "StagedFile"]
 
 STAGING_DIR = ".spark-staging"
 """Folder under the log directory for rows not yet committed (never a topic name)."""
+ABORTED = ".aborted"
+"""Suffix of the marker an aborted job leaves next to its staging folder for late tasks."""
 APPEND_BYTES = 512 * 1024
 """Target key+value bytes per ``append_batch`` call: well under ``max.message.bytes``."""
 
@@ -98,6 +101,8 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0
+        if os.path.exists(self.staging + ABORTED):
+            return StagedFile("", 0, task)
         os.makedirs(self.staging, exist_ok=True)
         final = os.path.join(self.staging, f"part-{task:05d}-{uuid.uuid4().hex}.arrow")
         tmp = final + ".tmp"
@@ -119,6 +124,9 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         if writer is None:
             return StagedFile("", 0, task)
         os.replace(tmp, final)
+        if os.path.exists(self.staging + ABORTED):  # the job failed while this task ran
+            _remove(final)
+            return StagedFile("", 0, task)
         return StagedFile(final, rows, task)
 
     # -- driver ------------------------------------------------------------------------------
@@ -131,20 +139,29 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         try:
             if staged:
                 with open_log(self.options.path) as log:
+                    for m in staged:  # every row is checked before the first append
+                        self._validate(log, _read_staged(m.path, ("topic", "partition")))
                     for m in staged:
-                        self._validate(log, pa.ipc.open_file(m.path).read_all())
-                    for m in staged:
-                        self._append(log, pa.ipc.open_file(m.path).read_all())
+                        self._append(log, _read_staged(m.path))
         finally:
             self._cleanup()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        # Tasks of a failed job may still be running: the marker tells them to drop their file.
+        with contextlib.suppress(OSError), open(self.staging + ABORTED, "wb"):
+            pass
         self._cleanup()
 
     def _cleanup(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
+        parent = os.path.dirname(self.staging)
+        with contextlib.suppress(OSError):
+            for name in os.listdir(parent):  # abort markers of jobs long gone
+                marker = os.path.join(parent, name)
+                if name.endswith(ABORTED) and time.time() - os.path.getmtime(marker) > 3600:
+                    _remove(marker)
         with contextlib.suppress(OSError):  # drop the parent too when no other job is staging
-            os.rmdir(os.path.dirname(self.staging))
+            os.rmdir(parent)
 
     def _by_topic(self, table: pa.Table) -> Iterator[tuple[str | None, pa.Table]]:
         """The rows of each target topic (the ``topic`` option wins over the column)."""
@@ -214,6 +231,25 @@ class EmbedlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._writer.abort(messages)
+
+
+def _read_staged(path: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A staged file's rows (only ``columns`` that it has, when given)."""
+    with pa.OSFile(path) as f:
+        reader = pa.ipc.open_file(f)
+        if columns is not None:
+            names = reader.schema.names
+            wanted = [names.index(c) for c in columns if c in names]
+            options = pa.ipc.IpcReadOptions(included_fields=wanted)
+            reader = pa.ipc.open_file(f, options=options)
+        return reader.read_all()
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(path))
 
 
 def _topic_exists(path: str, topic: str) -> bool:

@@ -1,0 +1,528 @@
+"""One cleaning pass over one partition (Kafka's ``Cleaner.doClean``).
+
+1. **Plan** (:mod:`.plan`): the dirty section ``[first dirty, first uncleanable)``; the producer
+   and transaction facts of the partition (:mod:`.txn`).
+2. **Map**: read the dirty section in offset order and record, for each key digest, the latest
+   offset (:class:`.OffsetMap`); aborted transactional batches and control batches are not
+   mapped. The map stops at a batch boundary when it is full (then a later pass continues from
+   there): its end is the *end offset* of the pass. While reading, what the rewrite will need
+   of each dirty batch (record offsets, byte ranges, timestamps, null values) is kept in memory
+   while it fits in what the map left of the byte budget, so the rewrite need not decode those
+   batches again.
+3. **Rewrite**: the non-active segments below the end offset, from the log start, in groups
+   (:func:`.plan.group_segments`), each group into one ``.cleaned`` segment swapped in by
+   :func:`.swap.install`. A record is kept when it lies past the end offset, or has a key and
+   is the latest for it (for a dirty record: its offset is one the map holds; for an older
+   one: its key is not in the map at all) and, for a tombstone, its batch's delete horizon has
+   not passed. Batch by batch, exactly as Kafka's ``MemoryRecords.filterTo``:
+
+   * everything kept and no horizon to set: the batch is copied byte for byte;
+   * some records dropped: the batch is rebuilt with the same base offset, last offset delta,
+     producer fields, attributes and leader epoch; the kept records' bytes are copied into it
+     unchanged (their deltas still refer to the same base offset and base timestamp) and
+     recompressed with the batch's codec;
+   * a tombstone kept in a batch without a delete horizon (or a marker whose transaction is
+     gone): the batch is re-encoded with baseTimestamp = now + ``delete.retention.ms`` and
+     attribute bit 6 (KIP-534); a later pass removes the tombstone once that time is past;
+   * nothing kept: the batch disappears, unless it is a producer's last batch or the last one
+     below the end offset, which keep their 61-byte header (``recordsCount`` 0).
+
+The pass checks ``should_stop`` between batches and raises :class:`Cancelled` (nothing swapped
+in by then is undone: every swap is complete on its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidConfigError
+from ..naming import CLEANED_SUFFIX
+from ..partition import Partition
+from ..segment import format as fmt
+from ..segment.codecs import Compression, compress
+from ..segment.segment import Segment
+from .columns import Columns, decode_batches, section
+from .digest import Digester, padded
+from .offset_map import SLOT_BYTES, OffsetMap
+from .plan import Cleanable, cleanable, group_segments
+from .stats import CompactionStats
+from .swap import discard, install
+from .txn import CleanedTransactions, ProducerLog, control_type, scan_headers
+
+__all__ = ["Cancelled", "PassResult", "clean_partition"]
+
+I64 = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+CHUNK_RECORDS: Final = 1 << 16
+"""Records decoded together (one virtual batch)."""
+CHUNK_BYTES: Final = 8 << 20
+"""Batch bytes held together."""
+KNOWN_BYTES_PER_RECORD: Final = 21
+"""Memory the map phase keeps per dirty record for the rewrite (see :class:`_Known`)."""
+
+
+class Cancelled(Exception):
+    """The pass was asked to stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    stats: CompactionStats
+    end_offset: int | None
+    """The new first dirty offset, or None when nothing was cleaned (or a swap was refused)."""
+    plan: Cleanable | None
+
+
+@dataclass(frozen=True, slots=True)
+class _KnownChunk:
+    """Columns of the dirty records of one decoded chunk, kept for the rewrite."""
+
+    delta: npt.NDArray[np.int32]  # offset - batch base offset
+    start: npt.NDArray[np.int32]  # byte range of the record in its batch's records section
+    end: npt.NDArray[np.int32]
+    timestamps: I64
+    tomb: Bools  # null value
+
+
+@dataclass(slots=True)
+class _Batch:
+    raw: memoryview
+    header: fmt.BatchHeader
+    known: tuple[_KnownChunk, int, int] | None = None
+    aborted: bool = False
+    control_kind: int | None = None
+    discardable: bool = False  # control batch whose transaction is gone
+
+
+def _isin_sorted(values: I64, sorted_array: I64) -> Bools:
+    if not len(sorted_array):
+        return np.zeros(len(values), np.bool_)
+    i = np.minimum(np.searchsorted(sorted_array, values), len(sorted_array) - 1)
+    hit: Bools = sorted_array[i] == values
+    return hit
+
+
+def _runs(mask: Bools) -> tuple[I64, I64]:
+    """Start and end indices of the runs of True in ``mask``."""
+    edges = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
+class _Pass:
+    def __init__(
+        self,
+        partition: Partition,
+        *,
+        now: int,
+        map_bytes: int,
+        should_stop: Callable[[], bool],
+    ) -> None:
+        self.p = partition
+        self.config = partition.config
+        self.now = now
+        self.map_bytes = map_bytes
+        self.should_stop = should_stop
+        self.stats = CompactionStats(partitions=1, passes=1)
+        self.digester = Digester()
+        self.known_bytes = 0
+
+    def _check_stop(self) -> None:
+        if self.should_stop():
+            raise Cancelled()
+
+    # ------------------------------------------------------------------ pass
+
+    def run(self, checkpoint: int | None) -> PassResult:
+        p = self.p
+        with p.lock:
+            p.check_writable()
+            segments = list(p.segments)
+            start, end = p.start_offset, p.end_offset
+        plog = scan_headers(segments, end)
+        plan = cleanable(
+            segments, start_offset=start, end_offset=end, checkpoint=checkpoint,
+            last_stable_offset=plog.last_stable_offset, config=self.config, now=self.now,
+        )  # fmt: skip
+        if plan.first_dirty >= plan.first_uncleanable:
+            return PassResult(CompactionStats(), None, plan)
+        began = time.perf_counter()
+        dirty = [
+            s
+            for i, s in enumerate(segments[:-1])
+            if s.base_offset < plan.first_uncleanable
+            and segments[i + 1].base_offset > plan.first_dirty
+        ]
+        omap, end_offset, known = self._build_map(dirty, plan, plog)
+        self.map = omap
+        self.survivors = omap.latest_offsets()
+        self.first_dirty = plan.first_dirty
+        self.first_uncleanable = plan.first_uncleanable
+        self.end_offset = end_offset
+        self.plog = plog
+        self.txn = CleanedTransactions(plog.aborted)
+        self.known = known
+        cleaned = [s for s in segments[:-1] if s.base_offset < end_offset]
+        groups = group_segments(
+            cleaned, self.config.segment_bytes, self.config.segment_index_bytes,
+            plan.first_uncleanable,
+        )  # fmt: skip
+        complete = True
+        for group in groups:
+            complete = self._clean_group(group) and complete
+        self.stats.map_entries = omap.size
+        self.stats.map_bytes = omap.nbytes
+        self.stats.elapsed_s = time.perf_counter() - began
+        return PassResult(self.stats, end_offset if complete else None, plan)
+
+    # ------------------------------------------------------------------ map
+
+    def _build_map(
+        self, dirty: Sequence[Segment], plan: Cleanable, plog: ProducerLog
+    ) -> tuple[OffsetMap, int, dict[int, tuple[_KnownChunk, int, int]]]:
+        first_dirty = plan.first_dirty
+        omap = OffsetMap(self.map_bytes)
+        self.known_bytes = 0
+        known: dict[int, tuple[_KnownChunk, int, int]] = {}
+        txn = CleanedTransactions(plog.aborted)
+        pending: list[tuple[memoryview, fmt.BatchHeader]] = []
+        pending_records = pending_bytes = 0
+        latest = -1
+
+        def flush() -> None:
+            nonlocal pending_records, pending_bytes
+            if pending:
+                self._map_chunk(omap, pending, first_dirty, known)
+            pending.clear()
+            pending_records = pending_bytes = 0
+
+        full = False
+        ends = [s.base_offset for s in dirty[1:]] + [plan.first_uncleanable]
+        for seg, seg_end in zip(dirty, ends, strict=True):
+            for buf, pos, h in seg.batches(seg.find_position(first_dirty) or 0):
+                self._check_stop()
+                if h.last_offset < first_dirty:
+                    continue
+                if h.base_offset >= plan.first_uncleanable:
+                    break
+                raw = memoryview(buf)[pos : pos + h.size]
+                if h.is_control:
+                    txn.on_control_batch(h, control_type(raw, h))
+                elif h.records_count and not txn.on_data_batch(h):
+                    if omap.size + pending_records + h.records_count > omap.max_entries:
+                        flush()  # first see how many of the pending keys are new
+                        if not self._make_room(omap, omap.size + h.records_count, known):
+                            full = True
+                            break
+                    pending.append((raw, h))
+                    pending_records += h.records_count
+                    pending_bytes += h.size
+                    if pending_records >= CHUNK_RECORDS or pending_bytes >= CHUNK_BYTES:
+                        flush()
+                latest = h.last_offset
+            if full:
+                break
+            latest = max(latest, seg_end - 1)  # a fully mapped segment: past any offset gap
+        flush()
+        if latest < first_dirty:
+            raise InvalidConfigError(
+                f"the compaction key map ({self.map_bytes} bytes, room for {omap.max_entries} "
+                f"keys) cannot hold one batch of {self.p.topic}-{self.p.partition}; "
+                "give compaction more memory"
+            )
+        return omap, latest + 1, known
+
+    def _make_room(
+        self, omap: OffsetMap, entries: int, known: dict[int, tuple[_KnownChunk, int, int]]
+    ) -> bool:
+        """Grow the map to hold ``entries`` keys within the byte budget, which also has to cover
+        the sorted survivors (8 bytes a key) and the data kept for the rewrite (given up first:
+        the rewrite then decodes those batches again)."""
+        if entries <= omap.max_entries:
+            return True
+        per_slot = SLOT_BYTES + 8 * omap.load_factor
+        for spare in (self.known_bytes, 0):
+            if omap.grow(entries, max_bytes=int((self.map_bytes - spare) / per_slot) * SLOT_BYTES):
+                return True
+            known.clear()
+            self.known_bytes = 0
+        return False
+
+    def _map_chunk(
+        self,
+        omap: OffsetMap,
+        batches: list[tuple[memoryview, fmt.BatchHeader]],
+        first_dirty: int,
+        known: dict[int, tuple[_KnownChunk, int, int]],
+    ) -> None:
+        cols = decode_batches(batches)
+        r = cols.records
+        mapped = np.flatnonzero((r.offsets >= first_dirty) & (r.key_len >= 0))
+        lane0, lane1 = self.digester.digests(
+            padded(r.data), r.key_pos[mapped], r.key_len[mapped].astype(np.int64)
+        )
+        omap.put(lane0, lane1, r.offsets[mapped])
+        cost = len(r) * KNOWN_BYTES_PER_RECORD
+        free = self.map_bytes - omap.nbytes - 8 * omap.max_entries - self.known_bytes
+        if cols.bounds is None or cost > free:
+            return
+        counts = np.diff(cols.first)
+        bases = np.fromiter((h.base_offset for _, h in batches), np.int64, len(batches))
+        section_start = np.repeat(cols.sections[:-1], counts)
+        chunk = _KnownChunk(
+            (r.offsets - np.repeat(bases, counts)).astype(np.int32),
+            (cols.bounds[:-1] - section_start).astype(np.int32),
+            (cols.bounds[1:] - section_start).astype(np.int32),
+            r.timestamps,
+            r.value_len < 0,
+        )
+        self.known_bytes += cost
+        for b, (_, h) in enumerate(batches):
+            if h.base_offset >= first_dirty:
+                lo, hi = cols.of_batch(b)
+                known[h.base_offset] = (chunk, lo, hi)
+
+    # ------------------------------------------------------------------ rewrite
+
+    def _clean_group(self, group: list[Segment]) -> bool:
+        p = self.p
+        base = group[0].base_offset
+        discard(p.directory, base)
+        out = Segment(p.directory, base, p.settings, writable=True, suffix=CLEANED_SUFFIX)
+        try:
+            out.open_indexes_for_append()
+            for seg in group:
+                chunk: list[_Batch] = []
+                size = 0
+                for buf, pos, h in seg.batches(0):
+                    self._check_stop()
+                    chunk.append(_Batch(memoryview(buf)[pos : pos + h.size], h))
+                    size += h.size
+                    if size >= CHUNK_BYTES or len(chunk) >= 4096:
+                        self._filter(chunk, out)
+                        chunk, size = [], 0
+                self._filter(chunk, out)
+            out.seal()
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort: the files go anyway
+                out.close()
+            discard(p.directory, base)
+            raise
+        self.stats.segments_read += len(group)
+        if install(p, group, out) is None:
+            return False
+        self.stats.segments_written += 1
+        return True
+
+    def _filter(self, chunk: list[_Batch], out: Segment) -> None:
+        if not chunk:
+            return
+        to_decode: list[_Batch] = []
+        from_known: list[_Batch] = []
+        for b in chunk:
+            h = b.header
+            if h.is_control:
+                b.control_kind = control_type(b.raw, h)
+                b.discardable = self.txn.on_control_batch(h, b.control_kind)
+            else:
+                b.aborted = self.txn.on_data_batch(h)
+                if b.aborted or not h.records_count:
+                    continue
+                b.known = self.known.get(h.base_offset)
+                (from_known if b.known is not None else to_decode).append(b)
+        keep: dict[int, tuple[Bools, Bools, Columns | None, int]] = {}
+        if to_decode:
+            self._decide_decoded(to_decode, keep)
+        if from_known:
+            self._decide_known(from_known, keep)
+        for b in chunk:
+            self._emit(b, keep.get(id(b)), out)
+
+    def _expired(self, batches: Sequence[_Batch], counts: I64) -> Bools:
+        """Per record: its batch carries a delete horizon that has passed."""
+        gone = [
+            h.delete_horizon_ms is not None and self.now >= h.delete_horizon_ms
+            for h in (b.header for b in batches)
+        ]
+        return np.repeat(np.array(gone, np.bool_), counts)
+
+    def _decide_decoded(
+        self, batches: list[_Batch], keep: dict[int, tuple[Bools, Bools, Columns | None, int]]
+    ) -> None:
+        cols = decode_batches([(b.raw, b.header) for b in batches])
+        r = cols.records
+        offsets = r.offsets
+        keyed = r.key_len >= 0
+        tomb = r.value_len < 0
+        past = offsets >= self.end_offset
+        latest = np.zeros(len(offsets), np.bool_)
+        dirty = np.flatnonzero((offsets >= self.first_dirty) & ~past)
+        latest[dirty] = _isin_sorted(offsets[dirty], self.survivors)
+        clean = np.flatnonzero((offsets < self.first_dirty) & keyed)
+        if len(clean) and self.map.size:
+            lane0, lane1 = self.digester.digests(
+                padded(r.data), r.key_pos[clean], r.key_len[clean].astype(np.int64)
+            )
+            latest[clean] = self.map.get(lane0, lane1) < 0
+        elif len(clean):
+            latest[clean] = True
+        counts = np.diff(cols.first)
+        kept = past | (keyed & latest & ~(tomb & self._expired(batches, counts)))
+        self.stats.tombstones_removed += int((keyed & latest & tomb & ~past & ~kept).sum())
+        for i, b in enumerate(batches):
+            lo, hi = cols.of_batch(i)
+            keep[id(b)] = (kept[lo:hi], tomb[lo:hi], cols, lo)
+
+    def _decide_known(
+        self, batches: list[_Batch], keep: dict[int, tuple[Bools, Bools, Columns | None, int]]
+    ) -> None:
+        parts = [b.known for b in batches if b.known is not None]
+        counts = np.fromiter((hi - lo for _, lo, hi in parts), np.int64, len(parts))
+        delta = np.concatenate([c.delta[lo:hi] for c, lo, hi in parts])
+        tomb = np.concatenate([c.tomb[lo:hi] for c, lo, hi in parts])
+        bases = np.fromiter((b.header.base_offset for b in batches), np.int64, len(batches))
+        offsets = np.repeat(bases, counts) + delta
+        latest = _isin_sorted(offsets, self.survivors)
+        kept = latest & ~(tomb & self._expired(batches, counts))
+        self.stats.tombstones_removed += int((latest & tomb & ~kept).sum())
+        first = np.concatenate(([0], np.cumsum(counts)))
+        for i, b in enumerate(batches):
+            lo, hi = int(first[i]), int(first[i + 1])
+            keep[id(b)] = (kept[lo:hi], tomb[lo:hi], None, 0)
+
+    # ------------------------------------------------------------------ output
+
+    def _retains_header(self, h: fmt.BatchHeader) -> bool:
+        """Kafka's RETAIN_EMPTY: a producer's last batch, or the last batch of the cleanable
+        range, keeps its header even with no record left."""
+        return self.plog.keeps_header(h) or h.next_offset == self.first_uncleanable
+
+    def _emit(
+        self, b: _Batch, decision: tuple[Bools, Bools, Columns | None, int] | None, out: Segment
+    ) -> None:
+        h = b.header
+        s = self.stats
+        s.bytes_read += h.size
+        if not h.is_control:
+            s.records_read += h.records_count
+        if h.is_control:
+            batch = self._control(b)
+        elif b.aborted or not h.records_count:
+            batch = self._empty(h) if self._retains_header(h) else None
+        else:
+            assert decision is not None
+            kept, tomb, cols, lo = decision
+            n = int(kept.sum())
+            s.records_retained += n
+            if n == 0:
+                batch = self._empty(h) if self._retains_header(h) else None
+            elif h.has_delete_horizon or not bool((tomb & kept).any()):
+                batch = b.raw if n == h.records_count else self._shrunk(b, kept, cols, lo)
+            else:
+                batch = self._reencode(b, kept, self.now + self.config.delete_retention_ms)
+        if batch is None:
+            s.batches_removed += 1
+            return
+        header = h if batch is b.raw else fmt.parse_header(batch, 0)
+        if batch is b.raw:
+            s.batches_copied += 1
+        elif header.records_count == 0:
+            s.batches_emptied += 1
+        else:
+            s.batches_rebuilt += 1
+        s.bytes_written += len(batch)
+        out.append(batch, header)
+
+    def _control(self, b: _Batch) -> bytes | memoryview | None:
+        h = b.header
+        horizon = h.delete_horizon_ms
+        dropped = b.discardable and horizon is not None and self.now >= horizon
+        if dropped or not h.records_count:
+            if self._retains_header(h):
+                return b.raw if not h.records_count else self._empty(h)
+            return None
+        if b.discardable and horizon is None:
+            return self._reencode(b, np.ones(h.records_count, np.bool_),
+                                  self.now + self.config.delete_retention_ms)
+        return b.raw
+
+    @staticmethod
+    def _empty(h: fmt.BatchHeader) -> bytes:
+        """Kafka's ``writeEmptyHeader``: the header alone, recordsCount 0."""
+        return fmt.encode_batch(
+            [], timestamps=-1, base_offset=h.base_offset, timestamp_type=h.timestamp_type,
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence, is_transactional=h.is_transactional,
+            is_control=h.is_control, leader_epoch=h.leader_epoch,
+            last_offset_delta=h.last_offset_delta, max_timestamp=h.max_timestamp,
+        )  # fmt: skip
+
+    def _shrunk(self, b: _Batch, kept: Bools, cols: Columns | None, lo: int) -> bytes:
+        """The batch with only the ``kept`` records, their bytes copied unchanged."""
+        h = b.header
+        starts: npt.NDArray[np.integer]
+        ends: npt.NDArray[np.integer]
+        if cols is not None and cols.bounds is not None:
+            data: bytes = cols.records.data
+            starts = cols.bounds[lo : lo + len(kept)]
+            ends = cols.bounds[lo + 1 : lo + len(kept) + 1]
+            timestamps = cols.records.timestamps[lo : lo + len(kept)]
+        elif b.known is not None:
+            chunk, klo, khi = b.known
+            data = section(b.raw, h)
+            starts, ends = chunk.start[klo:khi], chunk.end[klo:khi]
+            timestamps = chunk.timestamps[klo:khi]
+        else:
+            return self._reencode(b, kept, h.delete_horizon_ms)
+        run_lo, run_hi = _runs(kept)
+        records = b"".join(
+            data[a:z] for a, z in zip(starts[run_lo].tolist(), ends[run_hi - 1].tolist(),
+                                      strict=True)
+        )
+        if h.compression is not Compression.NONE:
+            records = compress(h.compression, records)
+        max_ts = int(timestamps[kept].max()) if h.timestamp_type == 0 else h.max_timestamp
+        return fmt.rebuild_batch(h, records, int(kept.sum()), max_ts)
+
+    def _reencode(self, b: _Batch, kept: Bools, horizon: int | None) -> bytes:
+        """The ``kept`` records encoded afresh (Kafka's ``buildRetainedRecordsInto``), with the
+        delete horizon ``horizon`` when given."""
+        h = b.header
+        records = decode_batches([(b.raw, h)]).records
+        idx = np.flatnonzero(kept)
+        sub = dataclasses.replace(
+            records, offsets=records.offsets[idx], timestamps=records.timestamps[idx],
+            key_pos=records.key_pos[idx], key_len=records.key_len[idx],
+            value_pos=records.value_pos[idx], value_len=records.value_len[idx],
+            headers=None if records.headers is None else [records.headers[i] for i in idx],
+        )  # fmt: skip
+        return fmt.encode_batch(
+            sub.values(), keys=sub.keys(), headers=sub.headers, timestamps=sub.timestamps,
+            base_offset=h.base_offset, compression=h.compression,
+            timestamp_type=h.timestamp_type, producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+            is_transactional=h.is_transactional, is_control=h.is_control,
+            leader_epoch=h.leader_epoch, offset_deltas=sub.offsets - h.base_offset,
+            last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon,
+            max_timestamp=h.max_timestamp if h.timestamp_type == 1 else None,
+        )  # fmt: skip
+
+
+def clean_partition(
+    partition: Partition,
+    *,
+    checkpoint: int | None,
+    now: int,
+    map_bytes: int,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> PassResult:
+    """Run one cleaning pass (the caller serialises passes over a partition)."""
+    return _Pass(partition, now=now, map_bytes=map_bytes, should_stop=should_stop).run(checkpoint)

@@ -1,0 +1,47 @@
+"""atheris target: the text files of a log directory -- Kafka offset checkpoints, the topic
+metadata ``embedlog.json`` and the segment manifest. Only embedlog's errors may escape."""
+
+import os
+import sys
+import tempfile
+
+import atheris
+import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
+
+with atheris.instrument_imports(include=["embedlog"]):
+    from embedlog import checkpoint
+    from embedlog.errors import CorruptionError
+    from embedlog.log import parse_metadata
+    from embedlog.partition import MANIFEST, read_manifest
+
+DIR = tempfile.mkdtemp(prefix="embedlog-fuzz-meta-")
+
+
+def test_one_input(data: bytes) -> None:
+    if not data:
+        return
+    which, raw = data[0] % 3, data[1:]
+    try:
+        if which == 0:
+            offsets = checkpoint.parse_offsets(raw.decode("utf-8", "replace"))
+            assert all(v >= 0 for v in offsets.values())
+            again = checkpoint.parse_offsets(checkpoint.format_offsets(offsets))
+            assert again == offsets or len({tp.topic for tp in offsets}) != len(offsets)
+        elif which == 1:
+            for name, (count, _config) in parse_metadata(raw).items():
+                assert name and count > 0
+        else:
+            with open(os.path.join(DIR, MANIFEST), "wb") as f:
+                f.write(raw)
+            assert all(v >= 0 for v in read_manifest(DIR).values())
+    except CorruptionError:
+        pass
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

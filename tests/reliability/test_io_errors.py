@@ -1,0 +1,237 @@
+"""I/O error injection (issue 7, item 6; reliability.md section 2.7 and G10).
+
+SQLite's loop: run a workload with EIO or ENOSPC injected at the N-th mutating call, for
+N = 1, 2, ... until the workload no longer reaches N; once (*transient*) and from then on
+(*persistent*). For every run:
+
+* the injected error reaches the caller as an embedlog error -- nothing swallows it;
+* after it, the log refuses further appends until it is reopened (Linux may have dropped the
+  dirty pages a retried fsync would claim to have written: PostgreSQL's "fsyncgate");
+* reopened without faults, the log passes the crash checker: every acknowledged record is
+  there and intact, the log start and committed offsets never went back, and it takes appends.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import embedlog
+from embedlog import _io
+
+from .checker import Promises, check_state
+from .parallel import pmap
+from .workloads import Session, Truth, scratch_dir, setup
+
+ERRNOS = {"EIO": errno.EIO, "ENOSPC": errno.ENOSPC}
+WORKLOAD = ("append", "batch", "roll", "append", "retain", "trim", "commit", "compact",
+            "append", "reopen", "append")
+
+
+class Injected(embedlog.StorageError):
+    """Raised where a real disk would have failed."""
+
+
+class FaultyFS(_io.FileSystem):
+    """Fails the ``fail_at``-th mutating call (and, if ``persistent``, every later one) with
+    ``code``; keeps the ``_io.mark`` annotations for the checker."""
+
+    def __init__(self, fail_at: int, code: int, persistent: bool) -> None:
+        self.fail_at = fail_at
+        self.code = code
+        self.persistent = persistent
+        self.calls = 0
+        self.injected = 0
+        self.marks: list[dict[str, Any]] = []
+
+    def _tick(self, what: str) -> None:
+        self.calls += 1
+        if self.calls == self.fail_at or (self.persistent and self.calls > self.fail_at):
+            self.injected += 1
+            raise Injected(self.code, f"{what} failed: {os.strerror(self.code)} (injected)")
+
+    def open(self, path: str, flags: int, mode: int = _io.FILE_MODE) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            self._tick("open")
+        return super().open(path, flags, mode)
+
+    def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
+        self._tick("write")
+        super().write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        self._tick("pwrite")
+        super().pwrite(fd, data, offset)
+
+    def truncate(self, fd: int, size: int) -> None:
+        self._tick("truncate")
+        super().truncate(fd, size)
+
+    def fsync(self, fd: int) -> None:
+        self._tick("fsync")
+        super().fsync(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        self._tick("fsync_dir")
+        super().fsync_dir(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._tick("rename")
+        super().rename(src, dst)
+
+    def unlink(self, path: str) -> None:
+        self._tick("unlink")
+        super().unlink(path)
+
+    def mkdir(self, path: str, mode: int = _io.DIR_MODE) -> None:
+        self._tick("mkdir")
+        super().mkdir(path, mode)
+
+    def rmdir(self, path: str) -> None:
+        self._tick("rmdir")
+        super().rmdir(path)
+
+    def mark(self, kind: str, **info: Any) -> None:
+        self.marks.append({"kind": kind, **info})
+
+
+@dataclass
+class Outcome:
+    reached: bool  # the workload got as far as the N-th mutating call
+    problems: list[str] = field(default_factory=list)
+
+
+def _run_ops(s: Session, done: list[str] | None = None) -> None:
+    for op in WORKLOAD:
+        if done is not None:
+            done.append(op)
+        getattr(s, op)()
+
+
+def run_one(fail_at: int, code: int, persistent: bool) -> Outcome:
+    logging.getLogger("embedlog").setLevel(logging.CRITICAL)
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    where = f"{os.strerror(code)} {'from' if persistent else 'at'} call {fail_at}"
+    try:
+        truth = setup(path)
+        before = Promises.from_truth(truth)
+        fs = FaultyFS(fail_at, code, persistent)
+        error: BaseException | None = None
+        session: Session | None = None
+        problems: list[str] = []
+        ops: list[str] = []
+        with _io.use_backend(fs):
+            try:
+                session = Session(path, truth, random.Random(fail_at))
+                _run_ops(session, ops)
+            except BaseException as exc:  # noqa: BLE001 - classified below
+                error = exc
+            # A group commit writes the group's own files, not the log's: appends stay safe.
+            touched_log = not ops or ops[-1] != "commit"
+            if error is not None and touched_log and session is not None and (
+                    not session.log.closed):
+                problems += _refuses_appends(session, where)
+            if session is not None:
+                try:
+                    session.log.close()
+                except BaseException as exc:  # noqa: BLE001 - an error at close surfaces too
+                    error = error or exc
+        if not fs.injected:
+            return Outcome(False)
+        if error is None:
+            problems.append(f"{where}: the injected error was swallowed")
+        elif not isinstance(error, embedlog.EmbedlogError):
+            problems.append(f"{where}: foreign {type(error).__name__}: {error}")
+        promises = before.copy()
+        for info in fs.marks:
+            promises.fold(info)
+        problems += [f"{where}: {p}" for p in check_state(path, truth, promises)]
+        return Outcome(True, problems)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _refuses_appends(session: Session, where: str) -> list[str]:
+    """After an I/O error the log must not acknowledge anything until it is reopened."""
+    backend = _io.backend()
+    assert isinstance(backend, FaultyFS)
+    backend.persistent = False  # the disk works again: refusing is the log's own decision
+    backend.fail_at = -1
+    try:
+        session.log.append("t", b"after-error", key=b"x", partition=0)
+    except embedlog.EmbedlogError:
+        return []
+    except BaseException as exc:  # noqa: BLE001
+        return [f"{where}: append after the error raised foreign {type(exc).__name__}"]
+    return [f"{where}: an append was acknowledged after an I/O error, without a reopen"]
+
+
+def _sweep(args: tuple[str, bool]) -> tuple[int, list[str]]:
+    name, persistent = args
+    runs, problems = 0, []
+    n = 1
+    while True:
+        outcome = run_one(n, ERRNOS[name], persistent)
+        if not outcome.reached:
+            return runs, problems
+        runs += 1
+        problems += outcome.problems
+        n += 1
+
+
+def test_io_error_at_every_call() -> None:
+    jobs = [(name, persistent) for name in ERRNOS for persistent in (False, True)]
+    runs, problems = 0, []
+    for r, p in pmap(_sweep, jobs):
+        runs += r
+        problems += p
+    print(f"\nI/O error injection: {runs} runs")
+    assert problems[:20] == []
+    assert runs > 100
+
+
+def test_truth_is_complete() -> None:
+    """The workload itself (no faults) passes the checker, so every finding above is real."""
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    truth: Truth = setup(path)
+    promises = Promises.from_truth(truth)
+    fs = FaultyFS(-1, errno.EIO, False)
+    with _io.use_backend(fs):
+        s = Session(path, truth, random.Random(0))
+        _run_ops(s)
+        s.close()
+    for info in fs.marks:
+        promises.fold(info)
+    assert check_state(path, truth, promises) == []
+    assert fs.calls > 50
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("code", sorted(ERRNOS))
+def test_failed_fsync_poisons_until_reopen(code: str) -> None:
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    setup(path)
+
+    class FailFsync(_io.FileSystem):
+        def fsync(self, fd: int) -> None:
+            raise Injected(ERRNOS[code], "fsync failed (injected)")
+
+    log = embedlog.open(path, durability="fsync")
+    with _io.use_backend(FailFsync()), pytest.raises(embedlog.StorageError):
+        log.append("t", b"v", key=b"k")
+    with pytest.raises(embedlog.LogPoisonedError):
+        log.append("t", b"w", key=b"k")
+    log.close()
+    with embedlog.open(path, durability="fsync") as again:
+        assert again.append("t", b"x", key=b"k").offset >= 5
+    shutil.rmtree(root, ignore_errors=True)
