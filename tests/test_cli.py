@@ -575,6 +575,32 @@ def test_verify_a_copy_of_a_kafka_folder_and_fix_it(run: Run, kafka_fixtures: pa
     assert js(run("dump-log", str(copy), "--verify-index", "--json"))["problems"] == 0
 
 
+# ---------------------------------------------------------------------------------- compact
+
+
+def test_compact(run: Run, log_dir: pathlib.Path) -> None:
+    run("topics", "create", "profiles", "--config", "cleanup.policy=compact",
+        "--config", "segment.bytes=2000")
+    lines = "".join(f"user-{i % 7}:v{i}\n" for i in range(300))
+    run("produce", "profiles", "--key-separator", ":", "--batch-size", "10", input=lines)
+    before = records(log_dir, "profiles")
+    doc = js(run("compact", "profiles", "--roll", "--json"))
+    [part] = doc["partitions"]
+    assert part["bytes_after"] < part["bytes_before"]
+    assert doc["stats"]["records_retained"] == 7
+    after = records(log_dir, "profiles")
+    latest = {r.key: (r.offset, r.value) for r in before}
+    assert {r.key: (r.offset, r.value) for r in after} == latest  # offsets preserved
+    assert len(after) == 7
+    text = run("compact", "profiles").stdout
+    assert text.splitlines()[0].split() == ["PARTITION", "SEGMENTS", "BYTES", "->", "SEGMENTS",
+                                            "BYTES"]
+    assert text.rstrip().endswith("0 tombstones removed.")
+    run("topics", "create", "plain")
+    fails(run("compact", "plain", code=1), 1, "only compacted topics can be compacted")
+    fails(run("compact", "nope", code=1), 1, "unknown topic")
+
+
 # ---------------------------------------------------------------------------------- groups
 
 

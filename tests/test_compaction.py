@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,17 +22,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import embedlog
 from embedlog import _io
+from embedlog.compaction import CompactionStats
 from embedlog.compaction.columns import decode_batches
 from embedlog.compaction.digest import Digester, padded
 from embedlog.compaction.offset_map import OffsetMap
-from embedlog.compaction.plan import cleanable
 from embedlog.compaction.swap import reader_view
 from embedlog.log import Log
 from embedlog.partition import read_manifest
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
 from embedlog.segment.segment import SegmentSettings
-
 from helpers import KAFKA_VECTORS
 
 kafka_records = pytest.importorskip("kafka.record.memory_records")
@@ -111,6 +113,20 @@ def compacted_view(recs: list[Rec], upto: int) -> list[Rec]:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture
+def ram_dir(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A scratch directory on tmpfs when there is one: the crash and model tests make tens of
+    thousands of file-system calls, each ~100x slower on a disk-backed /tmp."""
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    path = pathlib.Path(tempfile.mkdtemp(prefix="embedlog-test-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -214,7 +230,7 @@ def test_decode_batches_matches_batch_by_batch_decoding() -> None:
     expect = [fmt.decode_records(raw, 0, h) for raw, h in batches]
     assert r.offsets.tolist() == [o for e in expect for o in e.offsets.tolist()]
     assert r.timestamps.tolist() == [t for e in expect for t in e.timestamps.tolist()]
-    assert r.keys() == [k for e in expect for k in e.keys()]
+    assert r.keys() == [k for e in expect for k in e.keys()]  # noqa: SIM118
     assert r.values() == [v for e in expect for v in e.values()]
     assert [r.header(i) for i in range(len(r))] == [
         e.header(i) for e in expect for i in range(len(e))]
@@ -344,7 +360,7 @@ def test_keyless_records_are_rejected_in_compacted_topics(clog: Log) -> None:
 def test_compact_refuses_plain_topics_and_read_only_logs(log_dir: pathlib.Path) -> None:
     with embedlog.open(log_dir) as log:
         log.create_topic("plain")
-        with pytest.raises(embedlog.UsageError, match="cleanup.policy=delete"):
+        with pytest.raises(embedlog.UsageError, match=r"cleanup\.policy=delete"):
             log.compact("plain")
     with embedlog.open(log_dir, read_only=True) as ro, pytest.raises(embedlog.ReadOnlyError):
         ro.compact("plain")
@@ -631,11 +647,8 @@ class Dead(_io.FileSystem):
 
 
 def abandon(log: Log) -> None:
-    with _io.use_backend(Dead()):
-        try:
-            log.close()
-        except (Crash, embedlog.EmbedlogError):
-            pass
+    with _io.use_backend(Dead()), contextlib.suppress(Crash, embedlog.EmbedlogError):
+        log.close()
 
 
 def by_range(recs: list[Rec], bounds: list[int]) -> list[list[Rec]]:
@@ -644,8 +657,9 @@ def by_range(recs: list[Rec], bounds: list[int]) -> list[list[Rec]]:
 
 
 def test_a_crash_anywhere_in_a_compaction_leaves_old_or_new_data(
-    tmp_path: pathlib.Path, clock: Clock
+    ram_dir: pathlib.Path, clock: Clock
 ) -> None:
+    tmp_path = ram_dir
     template = tmp_path / "template"
     with _io.use_backend(NoSync()), Log(template, clock=clock) as log:
         log.create_topic("t", config={**COMPACT, "segment.bytes": 1500})
@@ -775,11 +789,55 @@ def test_background_cleaner_compacts_dirty_partitions_while_a_reader_tails(
         stop.set()
         for t in readers:
             t.join()
-        assert not errors, errors[0]
+        assert not errors, "".join(traceback.format_exception(errors[0]))
         final = records(log)
         assert len(final) < 1000
         assert latest(final) == {k: (o, k, values[o]) for k, o in acked.items()}
     assert not cleaner.is_alive()
+
+
+def test_close_interrupts_a_compaction_running_in_another_thread(
+    log_dir: pathlib.Path, clock: Clock
+) -> None:
+    log = Log(log_dir, clock=clock)
+    log.create_topic("t", config=COMPACT)
+    fill(log, 2000, 30, batch=10)
+    log.roll("t", 0)
+    old = records(log)
+    writing = threading.Event()
+    go_on = threading.Event()
+
+    class Gate(_io.FileSystem):
+        def pwrite(self, fd: int, data: Any, offset: int) -> None:
+            if threading.current_thread() is not threading.main_thread() and not go_on.is_set():
+                writing.set()
+                assert go_on.wait(30)
+            super().pwrite(fd, data, offset)
+
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(log.compact("t"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with _io.use_backend(Gate()):
+        worker = threading.Thread(target=run)
+        worker.start()
+        assert writing.wait(30)  # the pass is writing its first cleaned segment
+        closer = threading.Thread(target=log.close)
+        closer.start()
+        go_on.set()
+        closer.join(30)
+        worker.join(30)
+    assert not closer.is_alive() and not worker.is_alive() and log.closed
+    assert isinstance(outcome[0], CompactionStats), outcome
+    assert outcome[0].segments_written < outcome[0].segments_read or outcome[0].passes == 0
+    with Log(log_dir, clock=clock) as reopened:
+        got = records(reopened)
+        assert latest(got) == latest(old)
+        assert not [n for n in os.listdir(log_dir / "t-0") if n.endswith((".cleaned", ".swap"))]
 
 
 # ---------------------------------------------------------------------------- model
@@ -793,7 +851,8 @@ class CompactionModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = pathlib.Path(__import__("tempfile").mkdtemp(prefix="compaction-model-"))
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="compaction-model-", dir=shm))
         self.clock = Clock()
         self.log: Log | None = None
 

@@ -190,6 +190,17 @@ def test_auto_commit_on_close_and_commit_values(log: embedlog.Log) -> None:
             consumer.commit({TP0: -3})
 
 
+def test_offsets_commit_after_the_log_closed(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+        fill(log, 5)
+        consumer = log.consumer("t", group="g", enable_auto_commit=True)
+        consumer.poll()
+    consumer.close()  # the offsets have their own files
+    with embedlog.open(log_dir, read_only=True) as ro, ro.consumer(group="g") as other:
+        assert other.committed(TP0) == 5
+
+
 def test_commit_needs_a_group(log: embedlog.Log) -> None:
     log.create_topic("t")
     consumer = log.consumer("t")

@@ -264,6 +264,8 @@ class Log:
         """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the
         lock. Idempotent."""
         self.stop_cleaner()
+        if self._compactor is not None:  # a compaction running in another thread stops first
+            self._compactor.stop(p for t in list(self._topics.values()) for p in t.partitions)
         with self._lock:
             if self._closed:
                 return

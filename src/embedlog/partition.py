@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import errno
 import functools
 import logging
 import os
@@ -130,6 +131,8 @@ class Partition:
     def load(self, *, recovery_point: int | None, start_offset: int, clean: bool) -> None:
         """Open the segments; as the writer, finish interrupted swaps, validate everything after
         the recovery point when the last close was not clean, and cut a torn tail."""
+        if os.path.islink(self.directory):  # planted: never follow it out of the log folder
+            raise StorageError(errno.ELOOP, "partition folder is a symbolic link", self.directory)
         names = os.listdir(self.directory)
         if self.writable:
             names = self._clean_leftovers(names)
@@ -158,7 +161,7 @@ class Partition:
                 raise CorruptionError(
                     f"the log ends at offset {self.end_offset}, but it was closed cleanly at "
                     f"{recovery_point}: flushed records are missing or damaged",
-                    path=self.active.log_path,
+                    path=self.directory,
                 )
         first = self._bases[0] if self._bases else start_offset
         self.start_offset = max(start_offset, first)

@@ -47,6 +47,7 @@ class CrashState:
     files: dict[str, bytes]
     dirs: frozenset[str]
     choice: str  # human-readable description of what was kept, for failure messages
+    digest: bytes = b""  # of the image: equal digests, equal images
 
 
 class _Tracker:
@@ -204,7 +205,7 @@ def crash_states(
             if key in seen:
                 continue
             seen.add(key)
-            yield CrashState(k, files, dirs, _describe(tracker, dir_choice, data_choice))
+            yield CrashState(k, files, dirs, _describe(tracker, dir_choice, data_choice), key)
 
 
 def _combinations(

@@ -1,7 +1,8 @@
 """Drive the crash explorer: record a workload, enumerate its crash states, check each one.
 
 :func:`explore` handles one workload in this process; :func:`explore_many` fans workloads out
-over worker processes (:mod:`.parallel`) and sums the results. Each crash state is written to a fresh folder on tmpfs, checked, and removed.
+over worker processes (:mod:`.parallel`) and sums the results. Each crash state is written to a
+fresh folder on tmpfs, checked, and removed.
 """
 
 from __future__ import annotations
@@ -29,14 +30,22 @@ __all__ = ["Result", "explore", "explore_many", "safety_off"]
 class Result:
     workloads: int = 0
     ops: int = 0
-    states: int = 0
+    states: int = 0  # distinct (image, promises) pairs checked
+    repeats: int = 0  # crash states already checked, with the same promises, in this process
     violations: list[str] = field(default_factory=list)
 
     def merge(self, other: Result) -> None:
         self.workloads += other.workloads
         self.ops += other.ops
         self.states += other.states
+        self.repeats += other.repeats
         self.violations += other.violations
+
+
+# Workloads share prefixes (every one starts by opening the same log), so many of their crash
+# states coincide: within a group of workloads (see explore_many), a state already checked under
+# the same promises and records is not checked again.
+_checked: set[tuple[bytes, str]] = set()
 
 
 @contextlib.contextmanager
@@ -93,6 +102,11 @@ def _check_trace(workload: Workload, fs: RecordingFS, truth: Truth, result: Resu
             if op.kind == "mark":
                 promises.fold(op.info)
             folded += 1
+        key = (state.digest, promises.key(truth))
+        if key in _checked:
+            result.repeats += 1
+            continue
+        _checked.add(key)
         result.states += 1
         found = _check(state, fs.root, truth, promises)
         if found:
@@ -132,9 +146,15 @@ def _check(state: CrashState, root: str, truth: Truth, promises: Promises) -> li
         shutil.rmtree(target, ignore_errors=True)
 
 
-def _worker(args: tuple[Workload, int, str | None, bool]) -> Result:
-    workload, cap, safety, stop = args
-    return explore(workload, max_per_point=cap, safety=safety, stop_at_first=stop)
+def _worker(args: tuple[list[Workload], int, str | None, bool]) -> Result:
+    group, cap, safety, stop = args
+    _checked.clear()
+    total = Result()
+    for workload in group:
+        total.merge(explore(workload, max_per_point=cap, safety=safety, stop_at_first=stop))
+        if stop and total.violations:
+            break
+    return total
 
 
 def explore_many(
@@ -144,9 +164,17 @@ def explore_many(
     safety: str | None = None,
     stop_at_first: bool = False,
 ) -> Result:
-    """Explore every workload, in parallel; with ``stop_at_first``, stop once one fails."""
+    """Explore every workload in worker processes and sum the results; with ``stop_at_first``,
+    stop once one fails.
+
+    Workloads are grouped by their first operation, one group per job, and repeated states are
+    skipped within a group: the counts do not depend on how many workers run.
+    """
+    groups: dict[str, list[Workload]] = {}
+    for w in workloads:
+        groups.setdefault(w.ops[0] if w.ops else "", []).append(w)
+    jobs = [(g, max_per_point, safety, stop_at_first) for g in groups.values()]
     total = Result()
-    jobs = [(w, max_per_point, safety, stop_at_first) for w in workloads]
     for res in pmap(_worker, jobs, stop=(lambda r: bool(r.violations)) if stop_at_first else None):
         total.merge(res)
     return total

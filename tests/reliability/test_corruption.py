@@ -245,7 +245,7 @@ def _check(corpus: Corpus, trial: Trial, path: str) -> tuple[str, list[str]]:
         outcome = "error"
         if _kind(trial.rel) in (".index", ".timeindex"):
             problems.append(f"{where}: index damage alone made the log fail: {exc!r}")
-    except Exception as exc:  # noqa: BLE001 - a foreign exception is the finding
+    except Exception as exc:
         return "foreign", [f"{where}: foreign exception {type(exc).__name__}: {exc}"]
     else:
         outcome = "identical" if got == corpus.records else "partial"
@@ -321,7 +321,7 @@ def _check_read_only(corpus: Corpus, path: str, trial: Trial) -> list[str]:
                             return [f"{where}: read-only open returned a wrong record"]
     except embedlog.EmbedlogError:
         pass
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return [f"{where}: read-only open raised foreign {type(exc).__name__}: {exc}"]
     return []
 

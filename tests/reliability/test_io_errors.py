@@ -132,7 +132,7 @@ def run_one(fail_at: int, code: int, persistent: bool) -> Outcome:
             try:
                 session = Session(path, truth, random.Random(fail_at))
                 _run_ops(session, ops)
-            except BaseException as exc:  # noqa: BLE001 - classified below
+            except BaseException as exc:
                 error = exc
             # A group commit writes the group's own files, not the log's: appends stay safe.
             touched_log = not ops or ops[-1] != "commit"
@@ -142,7 +142,7 @@ def run_one(fail_at: int, code: int, persistent: bool) -> Outcome:
             if session is not None:
                 try:
                     session.log.close()
-                except BaseException as exc:  # noqa: BLE001 - an error at close surfaces too
+                except BaseException as exc:
                     error = error or exc
         if not fs.injected:
             return Outcome(False)
@@ -169,7 +169,7 @@ def _refuses_appends(session: Session, where: str) -> list[str]:
         session.log.append("t", b"after-error", key=b"x", partition=0)
     except embedlog.EmbedlogError:
         return []
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         return [f"{where}: append after the error raised foreign {type(exc).__name__}"]
     return [f"{where}: an append was acknowledged after an I/O error, without a reopen"]
 

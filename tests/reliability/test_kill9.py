@@ -14,6 +14,7 @@ re-entrancy; power loss is the crash explorer's job.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -99,7 +100,7 @@ def check(lane: Lane, round_: int, writer: bool) -> list[str]:
     out: list[str] = []
     try:
         log = embedlog.open(lane.path, read_only=not writer)
-    except Exception as exc:  # noqa: BLE001 - any failure to open is a finding
+    except Exception as exc:
         return [f"{where}: open failed: {type(exc).__name__}: {exc}"]
     try:
         for p in range(PARTITIONS):
@@ -107,7 +108,7 @@ def check(lane: Lane, round_: int, writer: bool) -> list[str]:
             start, end = log.start_offset(TOPIC, p), log.end_offset(TOPIC, p)
             offsets = [r.offset for r in records]
             present = set(offsets)
-            if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)):
+            if any(b <= a for a, b in itertools.pairwise(offsets)):
                 out.append(f"{where}: {TOPIC}-{p} offsets do not increase")
             for r in records:
                 if r.key is None or r.value != value_for(r.key):
@@ -132,7 +133,7 @@ def check(lane: Lane, round_: int, writer: bool) -> list[str]:
             got = committed.get(embedlog.TopicPartition(TOPIC, p))
             if got is None or got < want:
                 out.append(f"{where}: committed offset {got} < acknowledged {want} for {p}")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(f"{where}: reading failed: {type(exc).__name__}: {exc}")
     finally:
         log.close()

@@ -12,6 +12,7 @@ says, for every crash point, what had been acknowledged by then:
 ``intent_compact`` ``topic``: compaction started; superseded keys may disappear
 ``ack_commit``     ``group, topic, partition, offset``: a consumer-group commit returned
 ``ack_topic``      ``topic``: create_topic returned
+``attempt``        ``topic, partition, offsets``: an append is about to write these records
 ``intent_start_offset`` (emitted by the core) records below ``offset`` may disappear
 =================  ===================================================================
 
@@ -28,7 +29,6 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import embedlog
 from embedlog import _io
@@ -124,6 +124,8 @@ class Session:
         end = self.log.end_offset(topic, partition)
         for j, rec in enumerate(recs):
             self.truth.add(topic, partition, end + j, rec)
+        _io.mark("attempt", topic=topic, partition=partition,
+                 offsets=list(range(end, end + len(recs))))
 
     def append(self, topic: str = TOPIC, partition: int = 0) -> None:
         rec = self.record()

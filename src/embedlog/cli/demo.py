@@ -27,7 +27,7 @@ from .. import log as log_module
 from ..errors import UsageError
 from ..log import Log
 from .demo_data import ACTIONS, make_events
-from .demo_spark import SparkReport, spark_report
+from .demo_spark import SparkReport, require_spark, spark_report
 from .groups import GroupView, describe_group
 from .options import json_option
 from .output import echo_json, human_bytes, progressbar, table
@@ -272,6 +272,7 @@ def _print_report(r: dict[str, Any]) -> None:
 def demo(log_dir: str | None, records: int, as_json: bool) -> None:
     """Write click events, consume half with a group, compact a topic, read everything back
     with Spark, and print a report. Deletes nothing."""
+    require_spark()  # before writing anything
     path = _fresh_dir(log_dir)
     report = run_demo(path, records)
     if as_json:

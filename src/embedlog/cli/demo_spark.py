@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["SparkReport", "local_session", "spark_report"]
+__all__ = ["SparkReport", "local_session", "require_spark", "spark_report"]
 
 
 def _java_available() -> bool:
@@ -27,22 +27,31 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def local_session() -> Any:
-    """A ``local[2]`` SparkSession with the ``embedlog`` source registered; a clear
-    :class:`~embedlog.errors.UsageError` when pyspark, pyarrow or Java is missing."""
+def require_spark() -> None:
+    """A clear :class:`~embedlog.errors.UsageError` when pyspark, pyarrow or Java is
+    missing."""
     try:
-        from pyspark.sql import SparkSession
-
-        import embedlog.spark as embedlog_spark
+        import embedlog.spark  # noqa: F401  (needs pyspark and pyarrow)
     except ImportError as exc:
         raise UsageError(f"the demo reads the log back with Spark: pip install "
                          f"'embedlog[spark]' ({exc})") from None
     if not _java_available():
         raise UsageError("the demo reads the log back with Spark, which needs Java 17 or 21 "
                          "(e.g. apt-get install openjdk-17-jre-headless)")
+
+
+def local_session() -> tuple[Any, bool]:
+    """``(session, created)``: a ``local[2]`` SparkSession (the active one if there is one,
+    then ``created`` is false) with the ``embedlog`` source registered."""
+    require_spark()
+    from pyspark.sql import SparkSession
+
+    import embedlog.spark as embedlog_spark
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    created = SparkSession.getActiveSession() is None
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("embedlog-demo")
@@ -56,7 +65,7 @@ def local_session() -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     embedlog_spark.register(spark)
-    return spark
+    return spark, created
 
 
 @dataclass
@@ -75,11 +84,11 @@ class SparkReport:
 
 def spark_report(path: str, started: float) -> SparkReport:
     """Start Spark and run the report's queries over the log at ``path``."""
+    spark, ours = local_session()
+    startup = time.perf_counter() - started
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    spark = local_session()
-    startup = time.perf_counter() - started
     try:
         clicks = spark.read.format("embedlog").option("subscribe", "clicks").load(path)
         schema = StructType([StructField("page", StringType()), StructField("action",
@@ -116,4 +125,5 @@ def spark_report(path: str, started: float) -> SparkReport:
         return SparkReport(startup, int(scan["n"]), int(scan["bytes"] or 0), scan_s,
                            per_minute, top, parts, int(prof["rows"] or 0), int(prof["live"]))
     finally:
-        spark.stop()
+        if ours:  # a session the caller started is theirs to stop
+            spark.stop()

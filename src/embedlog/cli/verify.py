@@ -329,6 +329,7 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
                 end = checker.partition(part)
                 if part.tp is not None:
                     ends[part.tp] = end
+            bar.update(checker.pending)
         if is_log_dir:
             _check_root(root, report, ends)
             _check_groups(root, report)

@@ -62,11 +62,11 @@ __all__ = ["Cancelled", "PassResult", "clean_partition"]
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 
-CHUNK_RECORDS: Final = 1 << 16
+CHUNK_RECORDS: Final = 1 << 15
 """Records decoded together (one virtual batch)."""
-CHUNK_BYTES: Final = 8 << 20
+CHUNK_BYTES: Final = 4 << 20
 """Batch bytes held together."""
-KNOWN_BYTES_PER_RECORD: Final = 21
+KNOWN_BYTES_PER_RECORD: Final = 17
 """Memory the map phase keeps per dirty record for the rewrite (see :class:`_Known`)."""
 
 
@@ -87,8 +87,7 @@ class _KnownChunk:
     """Columns of the dirty records of one decoded chunk, kept for the rewrite."""
 
     delta: npt.NDArray[np.int32]  # offset - batch base offset
-    start: npt.NDArray[np.int32]  # byte range of the record in its batch's records section
-    end: npt.NDArray[np.int32]
+    end: npt.NDArray[np.int32]  # where the record ends in its batch's records section
     timestamps: I64
     tomb: Bools  # null value
 
@@ -279,7 +278,6 @@ class _Pass:
         section_start = np.repeat(cols.sections[:-1], counts)
         chunk = _KnownChunk(
             (r.offsets - np.repeat(bases, counts)).astype(np.int32),
-            (cols.bounds[:-1] - section_start).astype(np.int32),
             (cols.bounds[1:] - section_start).astype(np.int32),
             r.timestamps,
             r.value_len < 0,
@@ -478,7 +476,8 @@ class _Pass:
         elif b.known is not None:
             chunk, klo, khi = b.known
             data = section(b.raw, h)
-            starts, ends = chunk.start[klo:khi], chunk.end[klo:khi]
+            ends = chunk.end[klo:khi]
+            starts = np.concatenate(([0], ends[:-1]))  # a batch's records fill its section
             timestamps = chunk.timestamps[klo:khi]
         else:
             return self._reencode(b, kept, h.delete_horizon_ms)

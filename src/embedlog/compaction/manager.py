@@ -150,9 +150,8 @@ class Compactor:
                 log.exception("compaction of %s-%d failed", p.topic, p.partition)
         return total
 
-    def forget(self, topic: str, partitions: Iterable[Partition]) -> None:
-        """A topic is being deleted: stop and wait for any pass over its ``partitions``, and
-        drop its checkpoint entries."""
+    def stop(self, partitions: Iterable[Partition]) -> None:
+        """Interrupt any pass over ``partitions`` (between two batches) and wait for it."""
         tps = [_tp(p) for p in partitions]
         with self._lock:
             self._cancelled.update(tps)
@@ -163,8 +162,14 @@ class Compactor:
         finally:
             with self._lock:
                 self._cancelled.difference_update(tps)
-                stale = [tp for tp in self._offsets if tp.topic == topic]
-                for tp in stale:
-                    del self._offsets[tp]
-                if stale:
-                    checkpoint.write_offsets(self.path, self._offsets)
+
+    def forget(self, topic: str, partitions: Iterable[Partition]) -> None:
+        """A topic is being deleted: stop any pass over its ``partitions`` and drop its
+        checkpoint entries."""
+        self.stop(partitions)
+        with self._lock:
+            stale = [tp for tp in self._offsets if tp.topic == topic]
+            for tp in stale:
+                del self._offsets[tp]
+            if stale:
+                checkpoint.write_offsets(self.path, self._offsets)

@@ -885,22 +885,38 @@ def _walk(data: bytes, n: int) -> tuple[list[int], int]:
     """
     starts: list[int] = []
     append = starts.append
+    jump = _RECORD_JUMP
     p = 0
     for _ in repeat(None, n):
         append(p)
-        b = data[p]
-        if b < 0x80:
-            p += 1 + (b >> 1)
+        j = jump[data[p] | data[p + 1] << 8]  # every record has more than two bytes
+        if j:
+            p += j
         else:
-            b2 = data[p + 1]
-            if b2 < 0x80:
-                p += 2 + ((b & 0x7F) >> 1) + (b2 << 6)
-            else:
-                length, q = decode_varint(data, p, 5)
-                if length < _MIN_BODY:
-                    raise _Bad(f"invalid record length {length}")
-                p = q + length
+            length, q = decode_varint(data, p, 5)
+            if length < _MIN_BODY:
+                raise _Bad(f"invalid record length {length}")
+            p = q + length
     return starts, p
+
+
+def _record_jumps() -> list[int]:
+    """Bytes from a record's start to the next record's, indexed by the record's first two bytes
+    (little-endian) when its length varint has one or two bytes (zigzag sign ignored, see
+    :func:`_walk`); 0 when it is longer."""
+    out = []
+    for x in range(1 << 16):
+        b0, b1 = x & 0xFF, x >> 8
+        if b0 < 0x80:
+            out.append(1 + (b0 >> 1))
+        elif b1 < 0x80:
+            out.append(2 + ((b0 & 0x7F) >> 1) + (b1 << 6))
+        else:
+            out.append(0)
+    return out
+
+
+_RECORD_JUMP: Final = _record_jumps()
 
 
 def _small_varint_tables() -> tuple[I64, I64]:

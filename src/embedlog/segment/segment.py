@@ -17,15 +17,16 @@ Only the active segment of the writer is ever written; sealed segments are read-
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from .. import _io
-from ..errors import CorruptBatchError, CorruptIndexError
+from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
@@ -105,6 +106,11 @@ class Segment:
             self._rfd = os.open(self.log_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             self._rfd = None
+        except OSError as exc:  # e.g. ELOOP: a symlink planted in place of the segment
+            if self._wfd is not None:
+                _io.close(self._wfd)
+            raise StorageError(exc.errno or 0, f"cannot open segment: {exc.strerror}",
+                               self.log_path) from exc
         else:
             # Closed by close(), or when the last reference goes (a retired segment that a
             # concurrent iterator still reads must keep its descriptor: closing it could let the
@@ -220,9 +226,16 @@ class Segment:
         own = os.fstat(self._rfd)
         return (named.st_ino, named.st_dev) == (own.st_ino, own.st_dev)
 
-    def _own_index(self, index: _Index) -> _Index | None:
-        """``index`` (just opened by name) if it belongs to this segment's file, else None
-        (closed, and no index is opened by name again)."""
+    def _own_index(self, open_index: Callable[[], _Index]) -> _Index | None:
+        """The index ``open_index`` opens by name if it belongs to this segment's file; None if
+        it vanished meanwhile (a writer removing it) or belongs to a file renamed over this
+        one's name (then no index is opened by name again)."""
+        try:
+            index = open_index()
+        except StorageError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
         if self.is_current():
             return index
         index.close()
@@ -244,7 +257,8 @@ class Segment:
                 if self._index is not None:
                     self._index.close()
                 self._index = self._own_index(
-                    OffsetIndex(self.index_path, self.base_offset, writable=False, copy=True)
+                    lambda: OffsetIndex(self.index_path, self.base_offset, writable=False,
+                                        copy=True)
                 )
                 self._index_size_seen = size
             return self._index
@@ -252,7 +266,7 @@ class Segment:
             if not os.path.exists(self.index_path):
                 return None
             self._index = self._own_index(
-                OffsetIndex(self.index_path, self.base_offset, writable=False)
+                lambda: OffsetIndex(self.index_path, self.base_offset, writable=False)
             )
             if self._index is None:
                 return None
@@ -269,7 +283,8 @@ class Segment:
             if not os.path.exists(self.timeindex_path):
                 return None
             self._timeindex = self._own_index(
-                TimeIndex(self.timeindex_path, self.base_offset, writable=False, copy=self.live)
+                lambda: TimeIndex(self.timeindex_path, self.base_offset, writable=False,
+                                  copy=self.live)
             )
             if self._timeindex is not None and not self.live:
                 try:

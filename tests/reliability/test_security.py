@@ -1,0 +1,238 @@
+"""Bad input and security (issue 7, item 7; reliability.md sections 3.4-3.7, G11-G13).
+
+* invalid topic names are rejected before any file-system call;
+* symlinks planted in the log folder are never written through;
+* created files and folders respect the umask and are never world-writable;
+* a second writer is refused at once; a killed writer's lock is released; the lock survives
+  the holder opening and closing the lock file again (the ``fcntl`` pitfall ``flock`` avoids).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import embedlog
+from embedlog import _io
+
+from .recording import RecordingFS
+from .workloads import scratch_dir
+
+BAD_NAMES = ["", ".", "..", "../x", "../../etc", "a/b", "/abs", "a\x00b", "x" * 250, "ünï",
+             "a b", "t\n", "a\\b", "名前", "x-0/../../y", " ", "t:1", "a*"]
+
+
+def _fresh_log() -> tuple[str, str]:
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    with embedlog.open(path) as log:
+        log.create_topic("ok")
+    return root, path
+
+
+def _listing(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), root)
+                  for d, subdirs, files in os.walk(root) for n in subdirs + files)
+
+
+def _calls(log: embedlog.Log, name: str) -> list[Callable[[], object]]:
+    return [
+        lambda: log.create_topic(name),
+        lambda: log.append(name, b"v"),
+        lambda: log.append_batch(name, [b"v"]),
+        lambda: list(log.read(name, 0)),
+        lambda: log.delete_topic(name),
+        lambda: log.alter_topic(name, {"retention.ms": 1}),
+        lambda: log.end_offset(name, 0),
+        lambda: log.roll(name, 0),
+        lambda: log.compact(name),
+    ]
+
+
+def _assert_rejected_without_touching(name: str) -> None:
+    root, path = _fresh_log()
+    before = _listing(root)
+    with embedlog.open(path) as log:
+        fs = RecordingFS(root)
+        with _io.use_backend(fs):
+            for call in _calls(log, name):
+                mutations_before = len(fs.ops)
+                with pytest.raises(embedlog.UsageError):
+                    call()
+                assert len(fs.ops) == mutations_before, (name, fs.ops[mutations_before:])
+    after = _listing(root)
+    assert [p for p in after if p not in before and not p.endswith(".kafka_cleanshutdown")] == []
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_invalid_topic_name_is_rejected_before_any_file_call(name: str) -> None:
+    _assert_rejected_without_touching(name)
+
+
+def test_249_characters_is_the_longest_name() -> None:
+    _, path = _fresh_log()
+    with embedlog.open(path) as log:
+        log.create_topic("y" * 249)
+        assert log.append("y" * 249, b"v").offset == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=260))
+def test_any_text_is_either_a_valid_name_or_rejected(name: str) -> None:
+    valid = (0 < len(name) <= 249 and name not in (".", "..")
+             and all(c.isascii() and (c.isalnum() or c in "._-") for c in name))
+    try:
+        embedlog.naming.validate_topic(name)
+    except embedlog.InvalidTopicError:
+        assert not valid
+    else:
+        assert valid
+        assert os.path.basename(embedlog.naming.partition_dir_name(name, 0)) == name + "-0"
+
+
+# ---------------------------------------------------------------------- symlinks
+
+VICTIM = b"victim data that must never change\n"
+
+
+@pytest.mark.parametrize("planted", [
+    "t-0/00000000000000000000.log",
+    "t-0/00000000000000000000.index",
+    "t-0/00000000000000000000.timeindex",
+    "t-0/embedlog.segments.tmp",
+    "embedlog.json.tmp",
+    "recovery-point-offset-checkpoint",
+    "recovery-point-offset-checkpoint.tmp",
+    "log-start-offset-checkpoint.tmp",
+    ".lock",
+    "t-0",
+])
+def test_planted_symlink_is_not_followed_out_of_the_log(planted: str) -> None:
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+        log.append("t", b"before")
+    outside = os.path.join(root, "outside")
+    os.mkdir(outside)
+    victim = os.path.join(outside, "victim")
+    with open(victim, "wb") as f:
+        f.write(VICTIM)
+    target = os.path.join(path, planted)
+    if planted == "t-0":
+        os.rename(target, target + ".real")
+        os.symlink(outside, target)
+    else:
+        if os.path.lexists(target):
+            os.unlink(target)
+        os.symlink(victim, target)
+    os.unlink(os.path.join(path, ".kafka_cleanshutdown"))  # recovery rewrites the segments
+    try:
+        with embedlog.open(path, durability="fsync") as log:
+            log.append("t", b"after" * 100)
+            log.roll("t", 0)
+            log.delete_records("t", 0, 1)
+    except embedlog.EmbedlogError:
+        pass  # refusing is fine; writing through the link is not
+    with open(victim, "rb") as f:
+        assert f.read() == VICTIM
+    assert sorted(os.listdir(outside)) == ["victim"]
+
+
+def test_log_root_that_is_a_symlink_is_refused() -> None:
+    root = scratch_dir()
+    real = os.path.join(root, "real")
+    with embedlog.open(real) as log:
+        log.create_topic("t")
+    os.symlink(real, os.path.join(root, "link"))
+    with pytest.raises(embedlog.UsageError):
+        embedlog.open(os.path.join(root, "link"))
+
+
+# ---------------------------------------------------------------------- permissions
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
+def test_created_files_respect_the_umask_and_are_never_world_writable(umask: int) -> None:
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    old = os.umask(umask)
+    try:
+        with embedlog.open(path, durability="fsync") as log:
+            log.create_topic("t", 2, config={"segment.bytes": 200, "cleanup.policy": "compact"})
+            for i in range(20):
+                log.append("t", b"v%d" % i, key=b"k%d" % (i % 3))
+            log.compact("t")
+            consumer = log.consumer(group="g")
+            consumer.assign([embedlog.TopicPartition("t", 0)])
+            consumer.commit({embedlog.TopicPartition("t", 0): 3})
+            consumer.close()
+    finally:
+        os.umask(old)
+    seen = 0
+    for d, subdirs, files in os.walk(path):
+        for name in subdirs + files:
+            mode = stat.S_IMODE(os.lstat(os.path.join(d, name)).st_mode)
+            assert not mode & 0o002, (name, oct(mode))
+            assert not mode & umask, (name, oct(mode), oct(umask))
+            limit = 0o750 if name in subdirs else 0o640
+            assert not mode & ~limit, (name, oct(mode))
+            seen += 1
+    assert seen > 10
+
+
+# ---------------------------------------------------------------------- the writer lock
+
+HOLDER = textwrap.dedent(
+    """
+    import os, sys, embedlog
+    log = embedlog.open(sys.argv[1])
+    # Opening and closing the lock file again must not drop the lock (it would with fcntl).
+    os.close(os.open(os.path.join(sys.argv[1], ".lock"), os.O_RDONLY))
+    print("READY", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def _holder(path: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, path], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+    return proc
+
+
+def test_second_writer_is_refused_at_once_and_a_killed_writers_lock_is_freed() -> None:
+    _, path = _fresh_log()
+    proc = _holder(path)
+    try:
+        times = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            with pytest.raises(embedlog.WriterLockedError):
+                embedlog.open(path)
+            times.append(time.monotonic() - t0)
+        assert sorted(times)[2] < 0.1  # refused without waiting (median of 5)
+        with embedlog.open(path, read_only=True) as reader:
+            assert reader.topics() == ["ok"]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with embedlog.open(path) as log:  # the kernel released the dead holder's flock
+        assert log.append("ok", b"v").offset == 0
+
+
+def test_second_open_in_the_same_process_is_refused() -> None:
+    _, path = _fresh_log()
+    with embedlog.open(path), pytest.raises(embedlog.WriterLockedError):
+        embedlog.open(path)
