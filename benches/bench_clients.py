@@ -9,6 +9,8 @@ Workloads (records of benches/compare.py: 8-16 B keys, 100 B values):
   poll      consumer.poll() loop over the records of "send"         >= 1.5x SQLite full scan
   iter      `for record in consumer` over the same records (informative)
   durable   producer durability="fsync", 1 thread vs 8 threads     8 threads >= 5x 1 thread
+  wake      poll(timeout) wake-up after an append, median and p99 ms: writer in this process
+            (within a few ms) and in another process, consumer on a read-only open (~50 ms)
 
 Rates are records/s of wall time; ratios are taken within each repetition and the median is
 printed. The machine is shared and noisy: trust the ratios.
@@ -20,6 +22,8 @@ import argparse
 import os
 import shutil
 import statistics
+import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -107,6 +111,56 @@ class ClientBench(Bench):
         return rate
 
 
+WAKE_WRITER = """
+import struct, sys, time
+sys.path.insert(0, {src!r})
+import embedlog
+with embedlog.open({path!r}) as log:
+    for _ in range({n}):
+        time.sleep(0.005)
+        log.append("t", struct.pack(">d", time.monotonic()), key=b"k")
+"""
+
+
+def wake_latency(workdir: str, n: int, *, other_process: bool) -> tuple[float, float]:
+    """(median, p99) ms from an append (value = its CLOCK_MONOTONIC time) to the return of
+    the consumer's blocking poll."""
+    path = os.path.join(workdir, f"wake-{other_process}")
+    shutil.rmtree(path, ignore_errors=True)
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+    lat: list[float] = []
+
+    def consume(log: embedlog.Log) -> None:
+        consumer = log.consumer("t")
+        while len(lat) < n:
+            for r in consumer.poll(timeout=5):
+                assert r.value is not None
+                lat.append((time.monotonic() - struct.unpack(">d", r.value)[0]) * 1000)
+        consumer.close()
+
+    if other_process:
+        src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+        writer = subprocess.Popen([sys.executable, "-c",
+                                   WAKE_WRITER.format(src=src, path=path, n=n)])
+        with embedlog.open(path, read_only=True) as ro:
+            consume(ro)
+        writer.wait()
+    else:
+        with embedlog.open(path) as log:
+            def write() -> None:
+                for _ in range(n):
+                    time.sleep(0.005)
+                    log.append("t", struct.pack(">d", time.monotonic()), key=b"k")
+
+            thread = threading.Thread(target=write)
+            thread.start()
+            consume(log)
+            thread.join()
+    lat.sort()
+    return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -144,12 +198,16 @@ def main() -> None:
             one = rec("durable send, 1 thread", lambda: b.durable(1, args.durable))
             ratio("durable 8 threads / 1 thread",
                   rec("durable send, 8 threads", lambda: b.durable(8, args.durable // 2)), one)
+            for other, where in ((False, "same process"), (True, "other process")):
+                med, p99 = wake_latency(workdir, 200, other_process=other)
+                rows.setdefault(f"wake ms median, {where}", []).append(med)
+                rows.setdefault(f"wake ms p99, {where}", []).append(p99)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n{args.records:,} records, median of {args.repeat}")
     for name, values in rows.items():
         value = statistics.median(values)
-        unit = "x" if (" x " in name or "/" in name) else "rec/s"
+        unit = "x" if (" x " in name or "/" in name) else "ms" if " ms " in name else "rec/s"
         print(f"  {name:40s} {value:>14,.2f} {unit}")
 
 

@@ -6,10 +6,11 @@ Builds a compacted topic of ``--records`` records over ``--keys`` random keys (`
 11 B) with 100 B random values, written in batches of ``--batch`` records, ``--segment-mb``
 segments, everything sealed. Then, in a fresh process (so its memory is the compaction's own):
 
-* **compaction**: ``Log.compact`` wall time and CPU time; input records per second (records
-  read by the pass / wall time, and / CPU time, the figure that does not depend on the other
-  tenants of a shared machine); the map's bytes against its budget; peak RSS (VmHWM) of the
-  process over its RSS before the compaction;
+* **compaction**: ``Log.compact`` wall time and CPU time; input records per second (records in
+  the input log / wall time, and / CPU time, the figure that does not depend on the other
+  tenants of a shared machine; a budget too small for the keys makes several passes, each
+  re-reading what the previous ones cleaned); the map's bytes against its budget; peak RSS
+  (VmHWM) of the process over its RSS before the compaction;
 * **reads**: a full scan (``Log.read`` records and ``Log.read_batches`` columns) of the compacted
   partition against an uncompacted partition holding the same number of records in batches of
   the same average size as the compacted ones, and against one with ``--batch``-record batches.
@@ -86,11 +87,12 @@ def compact_child(path: str, map_bytes: int) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         peak = _rss_kib("VmHWM")
         batches = sum(1 for _ in log.read_batches("t", 0))
+        kept = sum(len(r) for _, r in log.read_batches("t", 0))
         out = {
             "wall_s": wall,
             "cpu_s": cpu,
             "records_read": stats.records_read,
-            "records_retained": stats.records_retained,
+            "records_kept": kept,
             "passes": stats.passes,
             "map_bytes": stats.map_bytes,
             "map_entries": stats.map_entries,
@@ -143,27 +145,27 @@ def main() -> None:
             )
             r = json.loads(child.stdout.strip().splitlines()[-1])
             results.append(r)
-            retained = r["records_retained"]
+            retained = r["records_kept"]
             per_batch = max(1, round(retained / max(1, r["batches_after"])))
             same = os.path.join(tmp, f"plain{run}")
             build_plain(same, retained, per_batch, seed=run)
             big = os.path.join(tmp, f"big{run}")
             build_plain(big, retained, args.batch, seed=run)
             reads.append((scan(path), scan(same), scan(big), per_batch))
-            print(f"run {run}: {r['records_read'] / r['wall_s']:,.0f} records/s wall, "
-                  f"{r['records_read'] / r['cpu_s']:,.0f} records/s CPU", file=sys.stderr)
+            print(f"run {run}: {args.records / r['wall_s']:,.0f} records/s wall, "
+                  f"{args.records / r['cpu_s']:,.0f} records/s CPU", file=sys.stderr)
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in results)
 
-    n_in = med("records_read")
+    n_in = args.records
     print(f"input: {args.records:,} records, {args.keys:,} keys, {VALUE_BYTES} B values, "
           f"batches of {args.batch}, {args.segment_mb} MiB segments; map budget "
           f"{args.map_mb} MiB; median of {args.runs} runs")
     print(f"compaction: {med('wall_s'):.3f} s wall, {med('cpu_s'):.3f} s CPU -> "
           f"{n_in / med('wall_s'):,.0f} input records/s (wall), "
           f"{n_in / med('cpu_s'):,.0f} input records/s (CPU); {med('passes'):.0f} pass(es); "
-          f"{med('records_retained'):,.0f} records kept; segments "
+          f"{med('records_read'):,.0f} records read; {med('records_kept'):,.0f} kept; segments "
           f"{med('segments_read'):.0f} -> {med('segments_written'):.0f}")
     print(f"memory: key map {med('map_bytes') / 2**20:.1f} MiB of {args.map_mb} MiB budget "
           f"({med('map_entries'):,.0f} keys); RSS {med('rss_before_mib'):.0f} MiB before, "

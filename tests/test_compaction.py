@@ -796,6 +796,52 @@ def test_background_cleaner_compacts_dirty_partitions_while_a_reader_tails(
     assert not cleaner.is_alive()
 
 
+READER_PROCESS = """
+import os, sys, embedlog
+path, stop = sys.argv[1], sys.argv[2]
+scans = 0
+with embedlog.open(path, read_only=True) as log:
+    while not os.path.exists(stop) or scans == 0:
+        last, seq = -1, {}
+        for r in log.read("t", 0):
+            assert r.offset > last, (r.offset, last)
+            last = r.offset
+            key, n = r.value.split(b":")
+            assert key == r.key, (r.key, r.value)
+            assert int(n) > seq.get(key, -1), (r.offset, r.value)
+            seq[key] = int(n)
+        scans += 1
+print("ok", scans)
+"""
+
+
+def test_a_reader_process_reads_consistently_during_background_compaction(
+    log_dir: pathlib.Path, tmp_path: pathlib.Path, clock: Clock
+) -> None:
+    with Log(log_dir, clock=clock) as log:
+        log.create_topic("t", config={**COMPACT, "min.cleanable.dirty.ratio": 0.1})
+        log.append("t", b"k0:0", key=b"k0")
+        stop = tmp_path / "stop"
+        reader = subprocess.Popen([sys.executable, "-c", READER_PROCESS, str(log_dir), str(stop)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            log.start_cleaner(interval_s=0.01)
+            cleaner = log._cleaner
+            assert cleaner is not None
+            rng = np.random.default_rng(2)
+            for i in range(1, 4000):
+                key = b"k%d" % rng.integers(30)
+                log.append("t", key + b":%d" % i, key=key)
+            assert cleaner.wait_rounds(cleaner.rounds + 3, timeout=30)
+            stop.touch()
+            out, err = reader.communicate(timeout=60)
+        finally:
+            reader.kill()
+        assert reader.returncode == 0, err[-3000:]
+        assert out.startswith("ok")
+        assert len(records(log)) < 1000
+
+
 def test_close_interrupts_a_compaction_running_in_another_thread(
     log_dir: pathlib.Path, clock: Clock
 ) -> None:
@@ -883,9 +929,14 @@ class CompactionModel(RuleBasedStateMachine):
         if self.next_offset > self.active_base:
             self.active_base = self.next_offset
 
-    @rule(ms=st.integers(0, 1500))
+    @rule(ms=st.integers(0, 2500))
     def tick(self, ms: int) -> None:
         self.clock.now += ms
+
+    @rule()
+    def roll_then_compact(self) -> None:
+        self.roll()
+        self.compact()
 
     @rule()
     def compact(self) -> None:

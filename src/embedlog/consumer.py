@@ -19,10 +19,12 @@ fell below the log start (retention deleted those records) or above the end.
 **Groups.** With ``group=`` and :meth:`Consumer.subscribe`, consumers of the same group in
 threads or processes share the partitions of their topics (``assignor="range"`` or
 ``"roundrobin"``) and rebalance when members join, leave or die; see :mod:`embedlog.groups`.
-The group protocol runs inside ``poll()`` (Kafka's consumers heartbeat from a thread): a member
-that does not poll for ``session_timeout_ms`` is evicted, and its commits are refused. Callbacks
-``on_revoke(partitions)`` (still owned: commit here) and ``on_assign(partitions)`` run inside
-``poll()``, with the partitions lost or gained (cooperative rebalancing). Without a group,
+The group protocol runs inside ``subscribe()`` and ``poll()`` (Kafka's consumers heartbeat
+from a thread): a member that does not poll for ``session_timeout_ms`` is evicted and its
+commits are refused, but the partitions it holds stay blocked until it polls again (or dies), so
+no partition is ever read by two members at once. Callbacks ``on_revoke(partitions)`` (still
+owned: commit here) and ``on_assign(partitions)`` get the partitions lost or gained
+(cooperative rebalancing). A member commits only partitions it owns. Without a group,
 ``subscribe`` takes every partition and ``commit`` is refused.
 
 **Waiting.** ``poll(timeout)`` blocks while nothing is new. On the log's writer (records
@@ -55,7 +57,7 @@ from .errors import (
 )
 from .groups import Membership, OffsetStore, group_directory
 from .partition import Partition
-from .records import Record, TopicPartition
+from .records import Header, Record, TopicPartition
 from .segment import format as fmt
 
 if TYPE_CHECKING:
@@ -81,21 +83,55 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class _Columns:
+    """Decoded records as plain lists; :class:`Record` objects are made only for the records
+    handed out (records are tuples the garbage collector tracks: the fewer alive, the fewer
+    collections a poll loop triggers)."""
+
+    __slots__ = ("headers", "keys", "n", "offsets", "timestamps", "ttypes", "values")
+
+    def __init__(self, offsets: list[int], timestamps: list[int], ttypes: list[int],
+                 keys: list[Any], values: list[Any],
+                 headers: list[tuple[Header, ...]] | None) -> None:
+        self.offsets, self.timestamps, self.ttypes = offsets, timestamps, ttypes
+        self.keys, self.values, self.headers = keys, values, headers
+        self.n = len(offsets)
+
+    def records(self, tp: TopicPartition, i: int, j: int) -> list[Record]:
+        m = min(j, self.n) - i
+        whole = i == 0 and m == self.n
+        rows = zip(
+            repeat(tp.topic, m),
+            repeat(tp.partition, m),
+            self.offsets if whole else self.offsets[i:j],
+            self.timestamps if whole else self.timestamps[i:j],
+            self.ttypes if whole else self.ttypes[i:j],
+            self.keys if whole else self.keys[i:j],
+            self.values if whole else self.values[i:j],
+            repeat((), m) if self.headers is None else self.headers[i:j],
+            strict=True,
+        )
+        return list(map(_new, repeat(Record, m), rows))
+
+
+_EMPTY = _Columns([], [], [], [], [], None)
+
+
 class _Fetch:
     """Read state of one assigned partition.
 
-    ``fetched`` is where the reader continues; records in ``[position, fetched)`` are in
-    ``buf[i:]`` (or were gaps). ``position is None`` until first needed.
+    ``fetched`` is where the reader continues; records in ``[position, fetched)`` are
+    ``cols`` from index ``i`` on (or were gaps). ``position is None`` until first needed.
     """
 
-    __slots__ = ("buf", "fetched", "gen", "i", "p", "position", "seen", "stop", "tp")
+    __slots__ = ("cols", "fetched", "gen", "i", "p", "position", "seen", "stop", "tp")
 
     def __init__(self, tp: TopicPartition, p: Partition) -> None:
         self.tp = tp
         self.p = p
         self.position: int | None = None
         self.fetched = 0
-        self.buf: list[Record] = []
+        self.cols = _EMPTY
         self.i = 0
         self.gen: Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]] | None = None
         self.stop = 0
@@ -103,11 +139,29 @@ class _Fetch:
 
     def move_to(self, offset: int) -> None:
         self.position = self.fetched = offset
-        self.buf, self.i, self.gen = [], 0, None
+        self.cols, self.i, self.gen = _EMPTY, 0, None
 
 
 _Run = tuple[_Fetch, list[Record]]
 """Records of one partition handed to an iteration, in order."""
+
+
+def _concat(parts: list[_Columns]) -> _Columns:
+    if len(parts) == 1:
+        return parts[0]
+    out = _Columns([], [], [], [], [], None)
+    for c in parts:
+        if c.headers is not None and out.headers is None:
+            out.headers = [()] * out.n
+        out.offsets += c.offsets
+        out.timestamps += c.timestamps
+        out.ttypes += c.ttypes
+        out.keys += c.keys
+        out.values += c.values
+        if out.headers is not None:
+            out.headers += c.headers if c.headers is not None else [()] * c.n
+        out.n += c.n
+    return out
 
 
 class Consumer:
@@ -382,11 +436,11 @@ class Consumer:
             first = len(out)
             try:
                 while len(out) < limit:
-                    if f.i >= len(f.buf) and not self._fill(f):
+                    if f.i >= f.cols.n and not self._fill(f):
                         break
-                    j = f.i + limit - len(out)
-                    out += f.buf[f.i : j] if f.i or j < len(f.buf) else f.buf
-                    f.i = min(j, len(f.buf))
+                    j = min(f.i + limit - len(out), f.cols.n)
+                    out += f.cols.records(f.tp, f.i, j)
+                    f.i = j
             except Exception as exc:
                 if not out:
                     raise
@@ -395,7 +449,7 @@ class Consumer:
             finally:
                 if runs is None:
                     if f.position is not None:
-                        f.position = f.buf[f.i].offset if f.i < len(f.buf) else f.fetched
+                        f.position = f.cols.offsets[f.i] if f.i < f.cols.n else f.fetched
                 elif len(out) > first:
                     runs.append((f, out[first:]))
             if len(out) >= limit:
@@ -403,10 +457,10 @@ class Consumer:
         return out
 
     def _fill(self, f: _Fetch) -> bool:
-        """Decode the next batch with records into ``f.buf``; ``False`` if none is there."""
+        """Decode the next batch with records into ``f.cols``; ``False`` if none is there."""
         if f.position is None:
             self._init_positions([f])
-        f.buf, f.i = [], 0
+        f.cols, f.i = _EMPTY, 0
         while True:
             if f.gen is None:
                 end = self._end_offset(f.p)
@@ -435,13 +489,13 @@ class Consumer:
             f.seen = True
             f.fetched = max(f.fetched, header.next_offset)
             if not header.is_control:
-                f.buf = self._records(f.tp, header, records)
+                f.cols = self._columns(header, records)
                 return True
 
     def _fill_committed(self, f: _Fetch, end: int) -> bool:
         """read_committed: hand out records up to the first transaction still open below
         ``end``; drop aborted transactions' records."""
-        chunks: list[tuple[bool, list[Record], int]] = []  # (decided, records, first offset)
+        chunks: list[tuple[bool, _Columns | None, int]] = []  # (decided, records, first)
         open_txns: dict[int, list[int]] = {}
         last = end
         try:
@@ -452,29 +506,28 @@ class Consumer:
                     if header.is_transactional and pid in open_txns and len(records):
                         _, kind = fmt.decode_control_record(records.key(0))
                         for idx in open_txns.pop(pid):
-                            decided, rows, first = chunks[idx]
-                            chunks[idx] = (True, [] if kind == fmt.CONTROL_ABORT else rows, first)
+                            decided, cols, first = chunks[idx]
+                            chunks[idx] = (True, None if kind == fmt.CONTROL_ABORT else cols, first)
                     continue
-                rows = self._records(f.tp, header, records)
-                chunks.append((not header.is_transactional, rows, int(records.offsets[0])))
+                cols = self._columns(header, records)
+                chunks.append((not header.is_transactional, cols, int(records.offsets[0])))
                 if header.is_transactional:
                     open_txns.setdefault(pid, []).append(len(chunks) - 1)
         except OffsetOutOfRangeError:
             self._reset(f, f"position {f.fetched} is below the log start")
             return False
-        out: list[Record] = []
-        for decided, rows, first in chunks:
+        kept: list[_Columns] = []
+        for decided, cols, first in chunks:
             if not decided:
                 last = first
                 break
-            out += rows
+            if cols is not None:
+                kept.append(cols)
         f.fetched = max(f.fetched, last)
-        f.buf, f.i, f.stop = out, 0, end
-        return bool(out)
+        f.cols, f.i, f.stop = _concat(kept), 0, end
+        return f.cols.n > 0
 
-    def _records(
-        self, tp: TopicPartition, header: fmt.BatchHeader, records: fmt.DecodedRecords
-    ) -> list[Record]:
+    def _columns(self, header: fmt.BatchHeader, records: fmt.DecodedRecords) -> _Columns:
         keys: list[Any] = records.keys()
         values: list[Any] = records.values()
         if self._key_deserializer is not None:
@@ -483,19 +536,8 @@ class Consumer:
         if self._value_deserializer is not None:
             vd = self._value_deserializer
             values = [None if v is None else vd(v) for v in values]
-        n = len(keys)
-        rows = zip(
-            repeat(tp.topic, n),
-            repeat(tp.partition, n),
-            records.offsets.tolist(),
-            records.timestamps.tolist(),
-            repeat(header.timestamp_type, n),
-            keys,
-            values,
-            records.headers if records.headers is not None else repeat((), n),
-            strict=True,
-        )
-        return list(map(_new, repeat(Record, n), rows))
+        return _Columns(records.offsets.tolist(), records.timestamps.tolist(),
+                        [header.timestamp_type] * len(keys), keys, values, records.headers)
 
     def _end_offset(self, p: Partition) -> int:
         if self.log.read_only:
@@ -573,7 +615,7 @@ class Consumer:
                     break  # abandoned meanwhile (cleared by _abandon_iteration)
                 self._iter_last = None
                 f.position = run[-1].offset + 1
-                if f.i >= len(f.buf) and f.position < f.fetched:
+                if f.i >= f.cols.n and f.position < f.fetched:
                     f.position = f.fetched
             if self._iter_runs is runs:
                 self._iter_runs = []

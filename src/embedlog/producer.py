@@ -20,13 +20,15 @@ appended when it reaches ``batch_size`` bytes or ``max_batch_records`` records, 
 has passed since its first record (a background thread), on :meth:`Producer.flush` /
 :meth:`Producer.close`, or when anything else touches the partition.
 
-**Trade-off.** A record becomes readable (and, with ``durability="none"``, reaches the page cache)
-only when its batch is written: within ``linger_ms`` (at least 1 ms, plus the wait for Python's
-interpreter lock, about 5 ms in a busy loop) of the batch's first record. That is what makes a
-``send()`` loop fast; consumers in the same process see records after that delay, and
-:meth:`Producer.flush` makes them visible immediately. A batch that fails to be written (an I/O
-error) was already acknowledged record by record: the error is raised by the producer's next
-call (Kafka reports it through the futures).
+**Trade-off.** The alternatives were writing every record at once (a batch per record: exact
+but several times slower) or filling in offsets when the batch is written (futures, which the
+embedded API avoids). Reserving the tail costs this: a record becomes readable (and, with
+``durability="none"``, reaches the page cache) only when its batch is written -- within
+``linger_ms`` (at least 1 ms, plus the wait for Python's interpreter lock, up to about 5 ms in a
+busy loop) of the batch's first record -- and other writers of the partition write the open
+batch first. :meth:`Producer.flush` makes records visible immediately. A batch that fails to be
+written (an I/O error) was already acknowledged record by record: the error is raised by the
+producer's next call (Kafka reports it through the futures).
 
 **Durability** ``"fsync"`` acknowledges a record only once it is on disk: ``send()`` writes its
 record at once and waits for the partition's group commit, so concurrent senders share fsyncs.
@@ -39,10 +41,10 @@ partition's append path rejects out-of-order sequences and recognises a batch re
 the same sequences (a retry) as a duplicate: it is not written twice, and that holds across a
 reopen (see :mod:`embedlog.producer_state`).
 
-**Partitions.** An explicit ``partition`` wins; then a custom ``partitioner`` (kafka-python's
-signature ``partitioner(key_bytes, all_partitions, available_partitions) -> int``); then Kafka's
-murmur2 of the key; keyless records stick to one partition until ``batch_size`` bytes went to
-it, then move to the next (Kafka's sticky partitioner, KIP-794, in round-robin order).
+**Partitions.** An explicit ``partition`` wins; then a custom ``partitioner`` (the callable of
+kafka-python 2: ``partitioner(key_bytes, all_partitions, available_partitions) -> int``); then
+Kafka's murmur2 of the key; keyless records stick to one partition until ``batch_size`` bytes
+went to it, then move to the next (Kafka's sticky partitioner, KIP-794, in round-robin order).
 
 A producer is thread-safe and several may share a ``Log``.
 """

@@ -72,21 +72,23 @@ class Promises:
 
     def fold(self, info: dict[str, Any]) -> None:
         kind = info["kind"]
-        tp = (info.get("topic"), info.get("partition"))
-        if kind == "attempt":
-            self.attempted.setdefault(tp, set()).update(info["offsets"])  # type: ignore[arg-type]
-        elif kind == "ack":
-            self.acked.setdefault(tp, set()).update(info["offsets"])  # type: ignore[arg-type]
-        elif kind == "ack_start":
-            self.acked_start[tp] = max(self.acked_start.get(tp, 0), info["offset"])  # type: ignore[index]
-        elif kind == "intent_start_offset":
-            self.intent_start[tp] = max(self.intent_start.get(tp, 0), info["offset"])  # type: ignore[index]
-        elif kind == "intent_compact":
+        if kind == "intent_compact":
             self.compacting.add(info["topic"])
-        elif kind == "ack_topic":
+            return
+        if kind == "ack_topic":
             self.topics.add(info["topic"])
+            return
+        tp: TP = (info.get("topic", ""), info.get("partition", -1))
+        if kind == "attempt":
+            self.attempted.setdefault(tp, set()).update(info["offsets"])
+        elif kind == "ack":
+            self.acked.setdefault(tp, set()).update(info["offsets"])
+        elif kind == "ack_start":
+            self.acked_start[tp] = max(self.acked_start.get(tp, 0), info["offset"])
+        elif kind == "intent_start_offset":
+            self.intent_start[tp] = max(self.intent_start.get(tp, 0), info["offset"])
         elif kind == "ack_commit":
-            self.commits[tp] = max(self.commits.get(tp, -1), info["offset"])  # type: ignore[index]
+            self.commits[tp] = max(self.commits.get(tp, -1), info["offset"])
 
 
 def _describe(exc: BaseException) -> str:

@@ -248,9 +248,7 @@ def _combinations(
             for v in choices:
                 if yielded >= cap:
                     return
-                values = list(extreme)
-                values[i] = v
-                yield split(tuple(values))
+                yield split((*extreme[:i], v, *extreme[i + 1 :]))
                 yielded += 1
     while yielded < cap:
         yield split(tuple(rng.choice(c) for _, _, c in dims))

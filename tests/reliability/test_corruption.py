@@ -123,13 +123,13 @@ Damage = Callable[[bytes, random.Random, list[int]], tuple[bytes, int]]
 
 
 def flip(bits: int) -> Damage:
-    def damage(data: bytes, rng: random.Random, _: list[int]) -> tuple[bytes, int]:
+    def damage(data: bytes, rng: random.Random, _boundaries: list[int]) -> tuple[bytes, int]:
         buf = bytearray(data)
         first = len(buf)
         for _ in range(bits):
-            i = rng.randrange(len(buf))
-            buf[i] ^= 1 << rng.randrange(8)
-            first = min(first, i)
+            at = rng.randrange(len(buf))
+            buf[at] ^= 1 << rng.randrange(8)
+            first = min(first, at)
         return bytes(buf), first
 
     return damage

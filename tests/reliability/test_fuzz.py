@@ -173,7 +173,7 @@ def _lz4_bomb() -> bytes:
     import lz4.frame
 
     c = lz4.frame.LZ4FrameCompressor()
-    head = c.begin(source_size=BOMB_BYTES)
+    head: bytes = c.begin(source_size=BOMB_BYTES)
     return head + _zeros_stream(c.compress, c.flush)
 
 

@@ -176,7 +176,7 @@ def _refuses_appends(session: Session, where: str) -> list[str]:
 
 def _sweep(args: tuple[str, bool]) -> tuple[int, list[str]]:
     name, persistent = args
-    runs, problems = 0, []
+    runs, problems = 0, list[str]()
     n = 1
     while True:
         outcome = run_one(n, ERRNOS[name], persistent)

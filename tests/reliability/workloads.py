@@ -184,7 +184,7 @@ class Session:
 
     def compact(self, topic: str = TOPIC) -> None:
         _io.mark("intent_compact", topic=topic)
-        self.log.compact(topic)  # type: ignore[attr-defined]
+        self.log.compact(topic)
 
     def commit(self, topic: str = TOPIC, partition: int = 0) -> None:
         """Commit the log end offset (so successive commits never go down)."""

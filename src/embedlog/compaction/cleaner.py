@@ -43,6 +43,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from .. import _io
 from ..errors import InvalidConfigError
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
@@ -62,12 +63,15 @@ __all__ = ["Cancelled", "PassResult", "clean_partition"]
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 
-CHUNK_RECORDS: Final = 1 << 15
-"""Records decoded together (one virtual batch)."""
 CHUNK_BYTES: Final = 4 << 20
-"""Batch bytes held together."""
+"""Batch bytes read and decoded together (one virtual batch), at most; a small memory budget
+makes chunks smaller (1/16 of it, at least 256 KiB): a chunk's transient copies are a few
+times its size."""
+MIN_CHUNK_BYTES: Final = 256 << 10
+BYTES_PER_CHUNK_RECORD: Final = 128
+"""Chunks also end after ``chunk bytes / 128`` records (small records)."""
 KNOWN_BYTES_PER_RECORD: Final = 17
-"""Memory the map phase keeps per dirty record for the rewrite (see :class:`_Known`)."""
+"""Memory the map phase keeps per dirty record for the rewrite (see :class:`_KnownChunk`)."""
 
 
 class Cancelled(Exception):
@@ -133,6 +137,8 @@ class _Pass:
         self.stats = CompactionStats(partitions=1, passes=1)
         self.digester = Digester()
         self.known_bytes = 0
+        self.chunk_bytes = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, map_bytes // 16))
+        self.chunk_records = self.chunk_bytes // BYTES_PER_CHUNK_RECORD
 
     def _check_stop(self) -> None:
         if self.should_stop():
@@ -224,7 +230,8 @@ class _Pass:
                     pending.append((raw, h))
                     pending_records += h.records_count
                     pending_bytes += h.size
-                    if pending_records >= CHUNK_RECORDS or pending_bytes >= CHUNK_BYTES:
+                    if (pending_records >= self.chunk_records
+                            or pending_bytes >= self.chunk_bytes):
                         flush()
                 latest = h.last_offset
             if full:
@@ -304,11 +311,11 @@ class _Pass:
                     self._check_stop()
                     chunk.append(_Batch(memoryview(buf)[pos : pos + h.size], h))
                     size += h.size
-                    if size >= CHUNK_BYTES or len(chunk) >= 4096:
+                    if size >= self.chunk_bytes or len(chunk) >= 4096:
                         self._filter(chunk, out)
                         chunk, size = [], 0
                 self._filter(chunk, out)
-            out.seal()
+            out.seal(sync=_io.SAFETY.fsync_before_rename)  # durable before it is renamed in
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: the files go anyway
                 out.close()

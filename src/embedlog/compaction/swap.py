@@ -72,8 +72,9 @@ def _roll_forward(directory: str, base: int, doomed: Iterable[tuple[int, str]]) 
     """Step 3 of the protocol: unlink the ``(base offset, kind)`` files being replaced, then
     move the swap files of segment ``base`` into place."""
     for b, kind in doomed:
-        if (b, kind) != (base, LOG_SUFFIX):
-            _io.unlink(segment_path(directory, b, kind))
+        path = segment_path(directory, b, kind)
+        if (b, kind) != (base, LOG_SUFFIX) and os.path.lexists(path):
+            _io.unlink(path)
     _io.fsync_dir(directory)
     _rename_kind(directory, base, LOG_SUFFIX, SWAP_SUFFIX, "")
     for kind in _INDEX_KINDS:
@@ -153,7 +154,7 @@ def complete_swaps(directory: str, keep_names: list[str], swap_names: list[str])
         write_manifest(directory, manifest)
     for name in swap_names:
         p = parse_segment_file(name)
-        if p is None or p[0] not in logs:
+        if p is None or p[0] not in logs or p[1] not in (LOG_SUFFIX, *_INDEX_KINDS):
             _io.unlink(os.path.join(directory, name))
     for lo, hi in ranges:
         doomed = [

@@ -7,6 +7,7 @@ when its holder dies -- which is how a killed member's partitions become free at
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -50,7 +51,8 @@ class FileLock:
         return self.fd is not None
 
     def __del__(self) -> None:  # an abandoned holder lets go, like a dead process
-        self.release()
+        with contextlib.suppress(OSError):
+            self.release()
 
     def __enter__(self) -> FileLock:
         self.acquire()

@@ -188,7 +188,9 @@ class Membership:
     # ------------------------------------------------------------------ state
 
     def refresh(self) -> bool:
-        """Re-read ``state.json`` if it changed; ``True`` when it did."""
+        """Re-read ``state.json`` if its inode, mtime or size changed; ``True`` when it did.
+        (A change this misses -- an inode reused within one mtime tick at the same size -- is
+        read at the next heartbeat, which always re-reads the file.)"""
         try:
             st = os.stat(self.state_path)
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)

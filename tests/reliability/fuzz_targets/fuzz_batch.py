@@ -6,7 +6,7 @@ parser instead of dying at the checksum. Only embedlog's CorruptBatchError may e
 
 import sys
 
-import atheris
+import atheris  # type: ignore[import-untyped]
 import crc32c
 import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
 

@@ -5,7 +5,7 @@ size, or a bomb, must end in CorruptBatchError, never in a big allocation."""
 
 import sys
 
-import atheris
+import atheris  # type: ignore[import-untyped]
 import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
 
 with atheris.instrument_imports(include=["embedlog"]):

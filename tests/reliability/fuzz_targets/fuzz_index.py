@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-import atheris
+import atheris  # type: ignore[import-untyped]
 import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
 
 with atheris.instrument_imports(include=["embedlog"]):

@@ -2,7 +2,7 @@
 
 import sys
 
-import atheris
+import atheris  # type: ignore[import-untyped]
 import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
 
 with atheris.instrument_imports(include=["embedlog"]):
