@@ -48,7 +48,6 @@ from ..errors import InvalidConfigError
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
 from ..segment import format as fmt
-from ..segment.codecs import Compression, compress
 from ..segment.segment import Segment
 from .columns import Columns, decode_batches, section
 from .digest import Digester, padded
@@ -493,8 +492,6 @@ class _Pass:
             data[a:z] for a, z in zip(starts[run_lo].tolist(), ends[run_hi - 1].tolist(),
                                       strict=True)
         )
-        if h.compression is not Compression.NONE:
-            records = compress(h.compression, records)
         max_ts = int(timestamps[kept].max()) if h.timestamp_type == 0 else h.max_timestamp
         return fmt.rebuild_batch(h, records, int(kept.sum()), max_ts)
 

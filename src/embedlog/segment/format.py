@@ -544,6 +544,8 @@ def encode_batch(
             raise ValueError(f"last_offset_delta out of range: {last_offset_delta}")
         return _assemble(
             b"",
+            Compression.NONE,
+            None,
             base_offset,
             leader_epoch,
             attrs,
@@ -568,7 +570,7 @@ def encode_batch(
         if not 0 <= lod <= _INT32_MAX:
             raise ValueError(f"last_offset_delta {lod} outside [0, {_INT32_MAX}]")
         records = _encode_records_scalar(values, keys, headers, [timestamps - base_ts], [0])
-        return _finish(records, codec, compression_level, base_offset, leader_epoch, attrs, lod,
+        return _assemble(records, codec, compression_level, base_offset, leader_epoch, attrs, lod,
                        base_ts, max_ts, producer_id, producer_epoch, base_sequence, n)
 
     # ---- per-record integers, vectorised
@@ -597,31 +599,8 @@ def encode_batch(
         records = _encode_records_scalar(values, keys, headers, tsd.tolist(), od.tolist())
     else:
         records = _encode_records_vectorised(values, keys, headers, tsd, od)
-    return _finish(records, codec, compression_level, base_offset, leader_epoch, attrs, lod,
+    return _assemble(records, codec, compression_level, base_offset, leader_epoch, attrs, lod,
                    base_ts, max_ts, producer_id, producer_epoch, base_sequence, n)
-
-
-def _finish(
-    records: bytes,
-    codec: Compression,
-    level: int | None,
-    base_offset: int,
-    leader_epoch: int,
-    attrs: int,
-    lod: int,
-    base_ts: int,
-    max_ts: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    count: int,
-) -> bytes:
-    """Compress the records section (if a codec is set) and put the header in front."""
-    if codec is not Compression.NONE:
-        attrs |= codec
-        records = compress(codec, records, level=level)
-    return _assemble(records, base_offset, leader_epoch, attrs, lod, base_ts, max_ts,
-                     producer_id, producer_epoch, base_sequence, count)
 
 
 _SCALAR_MAX_RECORDS: Final = 8  # below this, numpy's per-call overhead exceeds a Python loop
@@ -753,6 +732,8 @@ def _encode_records_vectorised(
 
 def _assemble(
     records: bytes,
+    codec: Compression,
+    level: int | None,
     base_offset: int,
     leader_epoch: int,
     attrs: int,
@@ -764,7 +745,11 @@ def _assemble(
     base_sequence: int,
     count: int,
 ) -> bytes:
-    """Header + records with batchLength and CRC-32C filled in."""
+    """Header + records (compressed first when a codec is set) with batchLength and CRC-32C
+    filled in."""
+    if codec is not Compression.NONE:
+        attrs |= codec
+        records = compress(codec, records, level=level)
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(records)
     if batch_length > _INT32_MAX:
         raise ValueError("batch too large")
@@ -794,15 +779,16 @@ def _assemble(
 def rebuild_batch(
     header: BatchHeader, records: bytes, records_count: int, max_timestamp: int
 ) -> bytes:
-    """The batch ``header`` describes with another records section: ``records`` (encoded, and
-    compressed with the codec in ``header.attributes``) holding ``records_count`` records.
+    """The batch ``header`` describes with another records section: ``records`` (encoded, not
+    compressed) holding ``records_count`` records, compressed here with the batch's codec.
     Every other field is kept; batchLength and the CRC are recomputed. Compaction uses it to
     drop records without re-encoding the ones it keeps: their offset and timestamp deltas
     stay relative to the same base offset and base timestamp."""
     return _assemble(
-        records, header.base_offset, header.leader_epoch, header.attributes,
-        header.last_offset_delta, header.base_timestamp, max_timestamp, header.producer_id,
-        header.producer_epoch, header.base_sequence, records_count,
+        records, header.compression, None, header.base_offset, header.leader_epoch,
+        header.attributes & ~COMPRESSION_MASK, header.last_offset_delta, header.base_timestamp,
+        max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+        records_count,
     )  # fmt: skip
 
 
