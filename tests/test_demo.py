@@ -129,7 +129,7 @@ def test_demo_default_folder_is_new(tmp_path: pathlib.Path,
 def test_demo_without_java_fails_before_writing(tmp_path: pathlib.Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr("embedlog.cli.demo_spark.shutil.which", lambda name: None)
+    monkeypatch.setattr("embedlog.spark.session.shutil.which", lambda name: None)
     target = tmp_path / "demo"
     result = CliRunner().invoke(cli, ["demo", "--dir", str(target)], prog_name="embedlog")
     assert result.exit_code == 1

@@ -8,9 +8,6 @@ partitions, logs at ERROR.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,22 +17,15 @@ from ..errors import UsageError
 __all__ = ["SparkReport", "local_session", "require_spark", "spark_report"]
 
 
-def _java_available() -> bool:
-    home = os.environ.get("JAVA_HOME")
-    if home and os.path.exists(os.path.join(home, "bin", "java")):
-        return True
-    return shutil.which("java") is not None
-
-
 def require_spark() -> None:
     """A clear :class:`~embedlog.errors.UsageError` when pyspark, pyarrow or Java is
     missing."""
     try:
-        import embedlog.spark  # noqa: F401  (needs pyspark and pyarrow)
+        from embedlog.spark import java_available
     except ImportError as exc:
         raise UsageError(f"the demo reads the log back with Spark: pip install "
                          f"'embedlog[spark]' ({exc})") from None
-    if not _java_available():
+    if not java_available():
         raise UsageError("the demo reads the log back with Spark, which needs Java 17 or 21 "
                          "(e.g. apt-get install openjdk-17-jre-headless)")
 
@@ -48,22 +38,8 @@ def local_session() -> tuple[Any, bool]:
 
     import embedlog.spark as embedlog_spark
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     created = SparkSession.getActiveSession() is None
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("embedlog-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = embedlog_spark.local_session("embedlog-demo")
     embedlog_spark.register(spark)
     return spark, created
 

@@ -105,20 +105,19 @@ class Compactor:
                     map_bytes=self.map_bytes if map_bytes is None else map_bytes,
                     should_stop=stop,
                 )  # fmt: skip
+                total += result.stats
                 if result.end_offset is None or result.plan is None:
                     break
-                total += result.stats
                 self._save(tp, result.end_offset)
                 if target is None:
                     target = result.plan.first_uncleanable
                 if not until_done or result.end_offset >= target:
                     break
-            if total.passes:
-                total.partitions = 1
         except Cancelled:
             pass
         finally:
             busy.release()
+        total.partitions = 1 if total.passes else 0
         return total
 
     def clean_round(

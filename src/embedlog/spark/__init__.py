@@ -25,9 +25,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "embedlog.spark needs pyspark>=4.2 and pyarrow: pip install 'embedlog[spark]'"
     ) from exc
 
+from .session import java_available, local_session
 from .source import EmbedlogDataSource
 
-__all__ = ["EmbedlogDataSource", "register"]
+__all__ = ["EmbedlogDataSource", "java_available", "local_session", "register"]
 
 
 def register(spark: Any) -> None:

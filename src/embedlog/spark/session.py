@@ -1,0 +1,50 @@
+"""A local SparkSession set up the way embedded use needs it (demo, tests, notebooks).
+
+Workers must run this interpreter (it has embedlog and pyarrow) and bind to loopback; the UI,
+console progress bars and most logging are off; timestamps are shown in UTC.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["java_available", "local_session"]
+
+
+def java_available() -> bool:
+    """Whether a Java runtime is there for Spark (``$JAVA_HOME/bin/java`` or ``java``)."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.exists(os.path.join(home, "bin", "java")):
+        return True
+    return shutil.which("java") is not None
+
+
+def local_session(
+    app_name: str = "embedlog", *, cores: int = 2, conf: Mapping[str, str] | None = None
+) -> Any:
+    """``SparkSession.builder.master(f"local[{cores}]")...getOrCreate()`` with quiet, loopback,
+    UTC settings (the active session is returned if there is one)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.default.parallelism", str(cores))
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
