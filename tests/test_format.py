@@ -24,7 +24,6 @@ from embedlog.segment.format import (
     decode_varint,
     encode_batch,
     encode_varint,
-    gather_binary,
     iter_batches,
     next_batch,
     parse_header,
@@ -743,20 +742,3 @@ def test_decoded_records_accessors() -> None:
     assert plain.headers is None and plain.header(0) == () and plain.keys() == [None]
     with pytest.raises(IndexError):
         plain.header(1)
-
-
-@given(st.lists(st.none() | st.binary(max_size=20), max_size=30))
-@settings(max_examples=60, deadline=None)
-def test_gather_binary(values: list[bytes | None]) -> None:
-    buf = encode_batch(values or [b""], timestamps=0)
-    r = decode(buf)
-    expect = values or [b""]
-    offsets, data, valid = gather_binary(r.data, r.value_pos, r.value_len)
-    assert offsets.dtype == np.int32 and data.dtype == np.uint8 and valid.dtype == np.bool_
-    assert len(offsets) == len(expect) + 1 and offsets[0] == 0
-    got = [
-        data[offsets[i] : offsets[i + 1]].tobytes() if valid[i] else None
-        for i in range(len(expect))
-    ]
-    assert got == expect
-    assert data.tobytes() == b"".join(v for v in expect if v)

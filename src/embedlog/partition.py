@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import errno
 import functools
 import logging
@@ -547,7 +546,7 @@ class Partition:
                 if header.last_offset >= stop:
                     hi = int(records.offsets.searchsorted(stop))
                 if lo is not None or hi is not None:
-                    records = _slice(records, lo or 0, len(records) if hi is None else hi)
+                    records = records.slice(lo or 0, len(records) if hi is None else hi)
                 if len(records):
                     yield header, records
             offset = max(offset, seg.next_offset)
@@ -565,7 +564,7 @@ class Partition:
         for header, records in self.batches(start, end):
             n = len(records)
             if remaining is not None and n > remaining:
-                records = _slice(records, 0, remaining)
+                records = records.slice(0, remaining)
             heads = records.headers
             yield from map(
                 _new_record,
@@ -670,20 +669,6 @@ class Partition:
         self._bases = [s.base_offset for s in self.segments]
         if manifest:
             write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
-
-
-def _slice(records: fmt.DecodedRecords, lo: int, hi: int) -> fmt.DecodedRecords:
-    """The records ``[lo, hi)`` of a decoded batch (numpy views; the data buffer is shared)."""
-    return dataclasses.replace(
-        records,
-        offsets=records.offsets[lo:hi],
-        timestamps=records.timestamps[lo:hi],
-        key_pos=records.key_pos[lo:hi],
-        key_len=records.key_len[lo:hi],
-        value_pos=records.value_pos[lo:hi],
-        value_len=records.value_len[lo:hi],
-        headers=None if records.headers is None else records.headers[lo:hi],
-    )
 
 
 def _segment_time(seg: Segment) -> int:

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
-from embedlog.spark.arrow import ArrowBatcher, slice_records
+from embedlog.spark.arrow import ArrowBatcher
 from embedlog.spark.schema import arrow_schema, kafka_schema, resolve_columns
 
 
@@ -80,7 +80,7 @@ def test_subset_schema_builds_only_requested_columns() -> None:
 
 def test_slice_records_keeps_rows_aligned() -> None:
     _, records = _decoded(20)
-    part = slice_records(records, 5, 9)
+    part = records.slice(5, 9)
     assert len(part) == 4
     assert [part.value(i) for i in range(4)] == [records.value(i) for i in range(5, 9)]
     assert [part.header(i) for i in range(4)] == [records.header(i) for i in range(5, 9)]

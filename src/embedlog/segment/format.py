@@ -94,7 +94,6 @@ __all__ = [
     "decode_varint",
     "encode_batch",
     "encode_varint",
-    "gather_binary",
     "iter_batches",
     "next_batch",
     "parse_header",
@@ -833,6 +832,19 @@ class DecodedRecords:
         nulls = (lens < 0).tolist()
         return [None if z else d[a:b] for a, b, z in zip(pos.tolist(), ends, nulls, strict=True)]
 
+    def slice(self, lo: int, hi: int) -> DecodedRecords:
+        """Records ``[lo, hi)`` (numpy views; ``data`` is shared, nothing is copied)."""
+        return DecodedRecords(
+            self.data,
+            self.offsets[lo:hi],
+            self.timestamps[lo:hi],
+            self.key_pos[lo:hi],
+            self.key_len[lo:hi],
+            self.value_pos[lo:hi],
+            self.value_len[lo:hi],
+            None if self.headers is None else self.headers[lo:hi],
+        )
+
     def keys(self) -> list[bytes | None]:
         return self._slices(self.key_pos, self.key_len)
 
@@ -1142,26 +1154,3 @@ def control_record(kind: int, coordinator_epoch: int = 0) -> tuple[bytes, bytes]
 
 
 # --------------------------------------------------------------------------- Arrow helper
-
-
-def gather_binary(
-    data: bytes, pos: npt.NDArray[np.int64], lens: npt.NDArray[np.int32] | npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
-    """Arrow ``binary`` buffers of byte ranges of ``data``: (int32 offsets of length n+1,
-    contiguous uint8 values of the non-null items, validity mask). ``lens`` -1 = null."""
-    lens64 = np.asarray(lens, np.int64)
-    pos64 = np.asarray(pos, np.int64)
-    valid = lens64 >= 0
-    sizes = np.where(valid, lens64, 0)
-    offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    total = int(offsets[-1])
-    if total > _INT32_MAX:
-        raise ValueError("binary column larger than 2 GiB; use large_binary")
-    src = np.frombuffer(data, np.uint8)
-    if total == 0:
-        values = np.empty(0, np.uint8)
-    else:
-        idx = np.repeat(pos64 - offsets[:-1], sizes) + np.arange(total, dtype=np.int64)
-        values = src[idx]
-    return offsets.astype(np.int32), values, valid

@@ -11,14 +11,13 @@ columns of the requested schema are built, so a subset schema skips the key/valu
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["MAX_BATCH_BYTES", "ArrowBatcher", "records_to_batch", "slice_records"]
+__all__ = ["MAX_BATCH_BYTES", "ArrowBatcher", "records_to_batch"]
 
 
 
@@ -67,7 +66,7 @@ class ArrowBatcher:
                     yield self._emit()
                     continue
                 take = max(fit, 1)
-            part = records if take == n else slice_records(records, start, start + take)
+            part = records if take == n else records.slice(start, start + take)
             self._pending.append((timestamp_type, part))
             self._rows += take
             self._bytes += int(sizes[start + take - 1]) - before
@@ -86,21 +85,6 @@ class ArrowBatcher:
         )
         self._pending, self._rows, self._bytes = [], 0, 0
         return batch
-
-
-def slice_records(records: Any, lo: int, hi: int) -> Any:
-    """Rows ``[lo, hi)`` of a ``DecodedRecords`` (views; ``data`` is shared)."""
-    heads = records.headers
-    return dataclasses.replace(
-        records,
-        offsets=records.offsets[lo:hi],
-        timestamps=records.timestamps[lo:hi],
-        key_pos=records.key_pos[lo:hi],
-        key_len=records.key_len[lo:hi],
-        value_pos=records.value_pos[lo:hi],
-        value_len=records.value_len[lo:hi],
-        headers=None if heads is None else heads[lo:hi],
-    )
 
 
 def records_to_batch(
