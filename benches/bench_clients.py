@@ -37,13 +37,6 @@ from compare import Bench
 
 
 class ClientBench(Bench):
-    def fresh(self, name: str) -> str:
-        path = super().fresh(name)
-        for leftover in (path, path + "-wal", path + "-shm"):  # files too (the SQLite db)
-            if os.path.isfile(leftover):
-                os.unlink(leftover)
-        return path
-
     def send_loop(self, name: str, partitions: int, mode: str) -> float:
         path = self.fresh(name)
         with embedlog.open(path) as log:

@@ -56,8 +56,13 @@ class Bench:
         self.payload = sum(len(k) + len(v) for k, v in zip(self.keys, self.values, strict=True))
 
     def fresh(self, name: str) -> str:
+        """A path in the scratch folder with nothing at it (file or folder)."""
         path = os.path.join(self.workdir, name)
-        shutil.rmtree(path, ignore_errors=True)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        for leftover in (path, path + "-wal", path + "-shm"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
         return path
 
     # -------------------------------------------------------------- baselines
