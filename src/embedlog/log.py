@@ -41,7 +41,7 @@ from .errors import (
 )
 from .naming import parse_partition_dir, partition_dir_name, validate_topic
 from .partition import Partition, SegmentInfo, now_ms
-from .partitioner import partition_for_key
+from .partitioner import partition_for_key, partitions_for_keys
 from .records import Header, Record, RecordMetadata, TopicPartition
 from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
@@ -475,11 +475,12 @@ class Log:
                       ) -> list[RecordMetadata]:
         count = len(t.partitions)
         rr = next(self._round_robin)
-        targets = np.fromiter(
-            (partition_for_key(k, count) if k is not None else (rr % count) for k in keys),
-            dtype=np.int64,
-            count=len(keys),
-        )
+        # Keyless records (allowed outside compacted topics) go together to one partition.
+        targets = np.full(len(keys), rr % count, np.int64)
+        keyed = [i for i, k in enumerate(keys) if k is not None]
+        if keyed:
+            present = [k for k in keys if k is not None]
+            targets[keyed] = partitions_for_keys(present, count)
         order = np.argsort(targets, kind="stable")
         bounds = np.searchsorted(targets[order], np.arange(count + 1))
         out = []

@@ -113,12 +113,6 @@ def _isin_sorted(values: I64, sorted_array: I64) -> Bools:
     return hit
 
 
-def _runs(mask: Bools) -> tuple[I64, I64]:
-    """Start and end indices of the runs of True in ``mask``."""
-    edges = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
-    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-
-
 class _Pass:
     def __init__(
         self,
@@ -487,10 +481,9 @@ class _Pass:
             timestamps = chunk.timestamps[klo:khi]
         else:
             return self._reencode(b, kept, h.delete_horizon_ms)
-        run_lo, run_hi = _runs(kept)
+        idx = np.flatnonzero(kept)
         records = b"".join(
-            data[a:z] for a, z in zip(starts[run_lo].tolist(), ends[run_hi - 1].tolist(),
-                                      strict=True)
+            data[a:z] for a, z in zip(starts[idx].tolist(), ends[idx].tolist(), strict=True)
         )
         max_ts = int(timestamps[kept].max()) if h.timestamp_type == 0 else h.max_timestamp
         return fmt.rebuild_batch(h, records, int(kept.sum()), max_ts)
