@@ -68,13 +68,17 @@ def explore(
     max_per_point: int = 32,
     safety: str | None = None,
     stop_at_first: bool = False,
+    fresh: bool = True,
 ) -> Result:
-    """Record ``workload`` (optionally with one safety step off) and check every crash state.
+    """Record ``workload`` (optionally with one safety step off) and check every crash state
+    (``fresh=False``: skip states this process already checked for earlier workloads).
 
     The switch stays off while the crash states are checked too: some steps (CRC checks, tail
     truncation) belong to recovery itself.
     """
     logging.getLogger("embedlog").setLevel(logging.CRITICAL)  # recovery warnings are expected
+    if fresh:
+        _checked.clear()
     root = scratch_dir()
     result = Result(workloads=1)
     try:
@@ -151,7 +155,8 @@ def _worker(args: tuple[list[Workload], int, str | None, bool]) -> Result:
     _checked.clear()
     total = Result()
     for workload in group:
-        total.merge(explore(workload, max_per_point=cap, safety=safety, stop_at_first=stop))
+        total.merge(explore(workload, max_per_point=cap, safety=safety, stop_at_first=stop,
+                            fresh=False))
         if stop and total.violations:
             break
     return total
