@@ -286,8 +286,13 @@ def random_workloads(count: int, length: int, seed: int = 1) -> list[Workload]:
 
 
 def scratch_dir() -> str:
-    """A fresh folder on tmpfs when there is one (crash states are many and small)."""
+    """A fresh folder on tmpfs when there is one (crash states are many and small), removed
+    when the process exits if its user has not removed it already."""
+    import atexit
+    import shutil
     import tempfile
 
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix="embedlog-rel-", dir=base)
+    path = tempfile.mkdtemp(prefix="embedlog-rel-", dir=base)
+    atexit.register(shutil.rmtree, path, True)
+    return path
