@@ -114,6 +114,9 @@ class Partition:
         self.start_offset = 0
         self.lock = threading.RLock()
         self._sync_lock = threading.Lock()
+        self._commit = threading.Condition(threading.Lock())  # sync_through's leader hand-off
+        self._leading = False
+        self._durable_end = 0  # every offset below this is known to be on disk
         self._written_seq = 0
         self._synced_seq = 0
         self.poisoned: BaseException | None = None
@@ -166,6 +169,8 @@ class Partition:
         self.start_offset = max(start_offset, first)
         if not self.segments and self.writable:
             self._add_segment(self.start_offset)
+        if self.writable:
+            self._durable_end = self.end_offset  # recovery ended with an fsync of the tail
 
     def _clean_leftovers(self, names: list[str]) -> list[str]:
         """Kafka's first loader pass: delete ``.deleted``/``.cleaned`` files and stray ``.tmp``;
@@ -406,6 +411,46 @@ class Partition:
         if self.fsync_appends:
             self.sync(seq)
         return header
+
+    def sync_through(self, offset: int, gather: Callable[[], None] | None = None) -> bool:
+        """Group commit for writers that leave records in the pending batch (the producer in
+        ``fsync`` mode): return once ``offset`` is on disk.
+
+        One caller at a time (the leader) writes the pending batch -- every record gathered
+        while the previous fsync ran -- with one write, then fsyncs; the others wait and find
+        their records covered. ``gather`` lets the leader wait a moment for records that are on
+        their way into the batch. Writers must not append themselves while an fsync runs: an
+        append to the page under write-back waits for that I/O, which would serialise them.
+        Returns False if ``offset`` was never written (its batch failed; the writer has the
+        error). Lock order: ``lock`` -> ``_sync_lock``; ``_commit`` is never held with either.
+        """
+        with self._commit:
+            while self._durable_end <= offset:
+                if not self._leading:
+                    self._leading = True
+                    break
+                self._commit.wait()
+            else:
+                return True
+        covered = False
+        try:
+            if gather is not None:
+                gather()
+            with self.lock:
+                self.check_writable()
+                if self.pending is not None:
+                    self.drain_pending()
+                end, seq = self.end_offset, self._written_seq
+            if end > offset:
+                self.sync(seq)
+                covered = True
+        finally:
+            with self._commit:
+                if covered:
+                    self._durable_end = max(self._durable_end, end)
+                self._leading = False
+                self._commit.notify_all()
+        return covered
 
     def sync(self, seq: int | None = None) -> None:
         """Make every append up to ``seq`` (default: all so far) durable; one fsync serves every

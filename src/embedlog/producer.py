@@ -30,8 +30,11 @@ batch first. :meth:`Producer.flush` makes records visible immediately. A batch t
 written (an I/O error) was already acknowledged record by record: the error is raised by the
 producer's next call (Kafka reports it through the futures).
 
-**Durability** ``"fsync"`` acknowledges a record only once it is on disk: ``send()`` writes its
-record at once and waits for the partition's group commit, so concurrent senders share fsyncs.
+**Durability** ``"fsync"`` acknowledges a record only once it is on disk: ``send()`` adds its
+record to the open batch and waits for the partition's group commit
+(:meth:`~embedlog.partition.Partition.sync_through`): while one fsync runs, the records of every
+other sender gather in the batch, and the next leader writes them all with one write and one
+fsync.
 The log's own ``durability`` is a floor.
 
 **Idempotence.** ``idempotent=True`` allocates a producer id (a counter in
@@ -94,6 +97,8 @@ _KEY_CACHE: Final = 1 << 14
 _new = tuple.__new__
 _pid_lock = threading.Lock()
 
+_GATHER_ROUNDS = 50  # GIL hand-offs a group-commit leader grants senders still on their way
+
 
 class _Topic:
     """What partition choice needs of a topic, cached per producer."""
@@ -151,8 +156,7 @@ class _Slot:
         self.size = fmt.HEADER_SIZE
         self.max_bytes = cfg.max_message_bytes
         self.max_record = self.max_bytes - fmt.HEADER_SIZE
-        self.limit = 0 if producer.durability == "fsync" else min(producer.batch_size,
-                                                                   self.max_bytes)
+        self.limit = min(producer.batch_size, self.max_bytes)
         self.last = producer.max_batch_records - 1
         self.codec = _codec(cfg.compression_type, producer.compression)
         self.log_append = cfg.message_timestamp_type == "LogAppendTime"
@@ -237,6 +241,8 @@ class Producer:
         self.batch_size = batch_size
         self.max_batch_records = max_batch_records
         self._fsync = durability == "fsync"
+        self._committing = 0  # senders waiting for their record's fsync
+        self._committing_lock = threading.Lock()
         self._linger_s = max(linger_ms / 1000, _MIN_LINGER_S)
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
@@ -315,7 +321,9 @@ class Producer:
         if slot.log_append:
             timestamp = slot.append_time
         lock.release()
-        if full:
+        if self._fsync:
+            self._commit(slot, offset, full)
+        elif full:
             self._write_now(slot)
         return _new(RecordMetadata, (topic, slot.index, offset, timestamp))  # type: ignore[no-any-return]
 
@@ -417,6 +425,36 @@ class Producer:
         self._topics.pop(topic, None)
         for key in [k for k in self._slots if k[0] == topic]:
             del self._slots[key]
+
+    def _commit(self, slot: _Slot, offset: int, full: bool) -> None:
+        """``durability="fsync"``: return once the record at ``offset`` is on disk, sharing one
+        write and one fsync with every sender whose record joined the batch meanwhile."""
+        p = slot.p
+        if full:
+            with p.lock:
+                if p.pending is slot:
+                    p.drain_pending()
+        with self._committing_lock:
+            self._committing += 1
+        try:
+            covered = p.sync_through(offset, lambda: self._gather(slot))
+        finally:
+            with self._committing_lock:
+                self._committing -= 1
+        if not covered:
+            self._check()
+            raise UsageError(f"{p.topic}-{p.partition}: the record at offset {offset} was not "
+                             "written")
+        if self._trouble:
+            self._check()
+
+    def _gather(self, slot: _Slot) -> None:
+        """The group-commit leader's pause: yield the GIL (a few microseconds each time) while
+        other senders are still on their way to put their record in this batch."""
+        for _ in range(_GATHER_ROUNDS):
+            if len(slot.values) >= self._committing or not slot.open:
+                return
+            time.sleep(0)
 
     def _write_now(self, slot: _Slot) -> None:
         p = slot.p
