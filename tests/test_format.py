@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
 from embedlog.segment import format as fmt
+from embedlog.segment import record_decoder
 from embedlog.segment.codecs import Compression
 from embedlog.segment.format import (
     BatchHeader,
@@ -234,7 +235,7 @@ def test_vectorised_varints_match_scalar(values: list[int]) -> None:
         assert row == zz(v).ljust(stride, b"\x00")
     starts = np.concatenate(([0], np.cumsum(w)[:-1]))
     d = np.frombuffer(b"".join(map(zz, values)), np.uint8)
-    got, widths = fmt._read_varints(d, starts, starts + w, 10, "test")
+    got, widths = record_decoder._read_varints(d, starts, starts + w, 10, "test")
     assert got.tolist() == values
     assert np.array_equal(np.broadcast_to(widths, w.shape), w)
 

@@ -1,0 +1,371 @@
+"""Decoding of a v2 batch's records section into columns (pure; no file I/O).
+
+The record layout is documented in :mod:`embedlog.segment.format`, which re-exports
+:class:`DecodedRecords` and :func:`decode_records`. Decoding validates everything (lengths,
+varint widths, offset deltas, exact consumption of the batch) and raises
+:class:`~embedlog.errors.CorruptBatchError` with the batch position on any violation. The one
+sequential step -- following the chain of record lengths -- is a tight Python loop; every other
+field of every record is decoded with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from embedlog.errors import CorruptBatchError, UnsupportedFormatError
+from embedlog.segment.codecs import Compression, decompress
+from embedlog.segment.format import (
+    _MIN_BODY,
+    _MIN_RECORD,
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    decode_varint,
+)
+
+__all__ = ["DecodedRecords", "decode_records"]
+
+I64 = npt.NDArray[np.int64]
+
+
+class _Bad(Exception):
+    """Internal: a record-level violation, turned into CorruptBatchError with the position."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecords:
+    """The records of one batch as columns over ``data`` (the decompressed records section).
+
+    ``key_len``/``value_len`` are -1 for null. ``headers`` is None when no record has headers,
+    else one tuple per record.
+    """
+
+    data: bytes
+    offsets: npt.NDArray[np.int64]
+    timestamps: npt.NDArray[np.int64]
+    key_pos: npt.NDArray[np.int64]
+    key_len: npt.NDArray[np.int32]
+    value_pos: npt.NDArray[np.int64]
+    value_len: npt.NDArray[np.int32]
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def _slices(self, pos: I64, lens: npt.NDArray[np.int32]) -> list[bytes | None]:
+        n = len(lens)
+        if n == 0:
+            return []
+        d = self.data
+        lo = int(lens.min())
+        if lo >= 0:
+            return [d[a:b] for a, b in zip(pos.tolist(), (pos + lens).tolist(), strict=True)]
+        if int(lens.max()) < 0:
+            return [None] * n
+        ends = (pos + np.maximum(lens, 0)).tolist()
+        nulls = (lens < 0).tolist()
+        return [None if z else d[a:b] for a, b, z in zip(pos.tolist(), ends, nulls, strict=True)]
+
+    def slice(self, lo: int, hi: int) -> DecodedRecords:
+        """Records ``[lo, hi)`` (numpy views; ``data`` is shared, nothing is copied)."""
+        return DecodedRecords(
+            self.data,
+            self.offsets[lo:hi],
+            self.timestamps[lo:hi],
+            self.key_pos[lo:hi],
+            self.key_len[lo:hi],
+            self.value_pos[lo:hi],
+            self.value_len[lo:hi],
+            None if self.headers is None else self.headers[lo:hi],
+        )
+
+    def keys(self) -> list[bytes | None]:
+        return self._slices(self.key_pos, self.key_len)
+
+    def values(self) -> list[bytes | None]:
+        return self._slices(self.value_pos, self.value_len)
+
+    def key(self, i: int) -> bytes | None:
+        n = int(self.key_len[i])
+        p = int(self.key_pos[i])
+        return None if n < 0 else self.data[p : p + n]
+
+    def value(self, i: int) -> bytes | None:
+        n = int(self.value_len[i])
+        p = int(self.value_pos[i])
+        return None if n < 0 else self.data[p : p + n]
+
+    def header(self, i: int) -> tuple[tuple[str, bytes | None], ...]:
+        if self.headers is None:
+            if not -len(self) <= i < len(self):
+                raise IndexError(i)
+            return ()
+        return self.headers[i]
+
+
+_EMPTY_I64: Final = np.empty(0, np.int64)
+_EMPTY_I32: Final = np.empty(0, np.int32)
+
+
+def _walk(data: bytes, n: int) -> tuple[list[int], int]:
+    """Follow the record-length chain: the start of each of ``n`` records and the end of the
+    last one.
+
+    Kept as tight as possible: the one- and two-byte paths ignore the zigzag sign bit (so the
+    chain always moves forward) and :func:`_decode` re-reads every length vectorised, which
+    rejects a negative one.
+    """
+    starts: list[int] = []
+    append = starts.append
+    jump = _RECORD_JUMP
+    p = 0
+    for _ in repeat(None, n):
+        append(p)
+        j = jump[data[p] | data[p + 1] << 8]  # every record has more than two bytes
+        if j:
+            p += j
+        else:
+            length, q = decode_varint(data, p, 5)
+            if length < _MIN_BODY:
+                raise _Bad(f"invalid record length {length}")
+            p = q + length
+    return starts, p
+
+
+def _record_jumps() -> list[int]:
+    """Bytes from a record's start to the next record's, indexed by the record's first two bytes
+    (little-endian) when its length varint has one or two bytes (zigzag sign ignored, see
+    :func:`_walk`); 0 when it is longer."""
+    out = []
+    for x in range(1 << 16):
+        b0, b1 = x & 0xFF, x >> 8
+        if b0 < 0x80:
+            out.append(1 + (b0 >> 1))
+        elif b1 < 0x80:
+            out.append(2 + ((b0 & 0x7F) >> 1) + (b1 << 6))
+        else:
+            out.append(0)
+    return out
+
+
+_RECORD_JUMP: Final = _record_jumps()
+
+
+def _small_varint_tables() -> tuple[I64, I64]:
+    """Decoded value and width of a varint starting with bytes (b0, b1), indexed by
+    ``b0 | b1 << 8``; width 0 = the varint is longer than two bytes. (1 MiB, built once.)"""
+    i = np.arange(1 << 16, dtype=np.int64)
+    b0, b1 = i & 0xFF, i >> 8
+    z = np.where(b0 < 0x80, b0, (b0 & 0x7F) | ((b1 & 0x7F) << 7))
+    width = np.where(b0 < 0x80, 1, np.where(b1 < 0x80, 2, 0))
+    return (z >> 1) ^ -(z & 1), width
+
+
+_VARINT2_VALUE, _VARINT2_WIDTH = _small_varint_tables()
+
+
+def _read_varints(
+    d: npt.NDArray[np.uint8], pos: I64, lim: I64, max_bytes: int, what: str
+) -> tuple[I64, I64 | int]:
+    """Decode one varint per record at ``pos``, each ending at or before ``lim``:
+    (values, widths); widths is the int 1 when every varint is a single byte.
+
+    ``pos`` is increasing (one position inside each of consecutive records). Fast paths: all
+    one byte; all at most two bytes (table lookup). Longer ones go through a loop over byte
+    positions with the records still reading.
+    """
+    if bool((pos >= lim).any()):
+        raise _Bad(f"record too short for its {what}")
+    b = d[pos]
+    if int(b.max()) < 0x80:
+        v = b.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), 1
+    nxt = pos + 1
+    if int(nxt[-1]) >= len(d):
+        nxt = np.minimum(nxt, len(d) - 1)
+    idx = d[nxt].astype(np.intp)
+    idx <<= 8
+    idx |= b
+    w2 = _VARINT2_WIDTH[idx]
+    if int(w2.min()) > 0:
+        if bool((pos + w2 > lim).any()):
+            raise _Bad(f"{what} varint runs past the record")
+        return _VARINT2_VALUE[idx], w2
+    z = (b & 0x7F).astype(np.uint64)
+    w = np.ones(pos.shape, np.int64)
+    active = np.flatnonzero(b >= 0x80)
+    shift = 7
+    while active.size:
+        if shift >= 7 * max_bytes:
+            raise _Bad(f"{what} varint longer than {max_bytes} bytes")
+        p = pos[active] + w[active]
+        if bool((p >= lim[active]).any()):
+            raise _Bad(f"{what} varint runs past the record")
+        b = d[p]
+        if shift == 63 and bool((b > 1).any()):
+            raise _Bad(f"{what} varlong overflows 64 bits")
+        z[active] |= (b & 0x7F).astype(np.uint64) << shift
+        w[active] += 1
+        active = active[b >= 0x80]
+        shift += 7
+    if max_bytes <= 5 and shift > 28 and bool((z >> 32).any()):
+        raise _Bad(f"{what} varint does not fit in 32 bits")
+    vals: I64 = (z >> 1).astype(np.int64) ^ -(z & 1).astype(np.int64)
+    return vals, w
+
+
+def _parse_headers(
+    data: bytes, p: int, end: int, count: int
+) -> tuple[tuple[str, bytes | None], ...]:
+    if count * 2 > end - p:
+        raise _Bad(f"header count {count} exceeds the record")
+    out: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        klen, p = decode_varint(data, p, 5)
+        if klen < 0 or p + klen > end:
+            raise _Bad(f"invalid header key length {klen}")
+        try:
+            key = data[p : p + klen].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Bad("header key is not valid UTF-8") from None
+        p += klen
+        vlen, p = decode_varint(data, p, 5)
+        if vlen < -1 or p + vlen > end:
+            raise _Bad(f"invalid header value length {vlen}")
+        if vlen < 0:
+            out.append((key, None))
+        else:
+            out.append((key, data[p : p + vlen]))
+            p += vlen
+    if p != end:
+        raise _Bad("record headers do not end at the record's end")
+    return tuple(out)
+
+
+def _decode_headers(
+    data: bytes, p: I64, ends: I64, hc: I64
+) -> list[tuple[tuple[str, bytes | None], ...]] | None:
+    """Header tuples of every record (None if none has headers); ``p`` = each record's position
+    after headersCount, ``hc`` = the counts. Records must end exactly at ``ends``."""
+    has = hc > 0
+    if bool((p[~has] != ends[~has]).any()):
+        raise _Bad("record does not consume exactly its length")
+    if not has.any():
+        return None
+    headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(hc)
+    for i, hp, he, cnt in zip(
+        np.flatnonzero(has).tolist(),
+        p[has].tolist(),
+        ends[has].tolist(),
+        hc[has].tolist(),
+        strict=True,
+    ):
+        headers[i] = _parse_headers(data, hp, he, cnt)
+    return headers
+
+
+def decode_records(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    max_decompressed: int = 64 * 1024 * 1024,
+) -> DecodedRecords:
+    """Decompress (bounded by ``max_decompressed``) and fully validate the records of the
+    batch at ``pos`` (see reliability.md section 3.2); columns of the result are per record.
+
+    The CRC is not checked here (:func:`next_batch` does). For LogAppendTime batches every
+    timestamp is maxTimestamp. Any violation is CorruptBatchError with ``position=pos``.
+    """
+    end = pos + header.size
+    if end > len(buf):
+        raise CorruptBatchError("batch extends past the end of the data", position=pos)
+    n = header.records_count
+    codec = header.attributes & COMPRESSION_MASK
+    if codec > Compression.ZSTD:
+        raise UnsupportedFormatError(f"unknown compression codec id {codec}", position=pos)
+    with memoryview(buf) as mv, mv[pos + HEADER_SIZE : end] as section:
+        raw = bytes(section)  # no view of the caller's buffer (an mmap) outlives this call
+    if codec != Compression.NONE and (n or raw):
+        try:
+            raw = decompress(codec, raw, max_size=max_decompressed)
+        except CorruptBatchError as e:
+            raise type(e)(str(e), position=pos) from e
+    data = raw
+    try:
+        return _decode(data, n, header)
+    except (_Bad, CorruptBatchError) as e:
+        raise CorruptBatchError(str(e), position=pos) from None
+    except (IndexError, ValueError, OverflowError, UnicodeDecodeError) as e:
+        raise CorruptBatchError(f"malformed records: {e}", position=pos) from None
+
+
+def _decode(data: bytes, n: int, header: BatchHeader) -> DecodedRecords:
+    size = len(data)
+    if n == 0:
+        if size:
+            raise _Bad("bytes after the last record")
+        return DecodedRecords(
+            data, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I32, _EMPTY_I64, _EMPTY_I32, None
+        )
+    if n * _MIN_RECORD > size:
+        raise _Bad(f"records count {n} cannot fit in {size} bytes")
+    starts, stop = _walk(data, n)
+    if stop != size:
+        raise _Bad("records do not end at the end of the batch")
+    starts.append(stop)
+    chain = np.array(starts, np.int64)  # strictly increasing from 0 (see _walk)
+    rs = chain[:-1]
+    ends = chain[1:]
+    d = np.frombuffer(data, np.uint8)
+
+    rec_len, w_len = _read_varints(d, rs, ends, 5, "length")
+    bs = rs + w_len
+    if bool((bs + rec_len != ends).any()) or int(rec_len.min()) < _MIN_BODY:
+        raise _Bad("invalid record length")
+    # attributes byte at bs is unused; fields follow
+    tsd, w = _read_varints(d, bs + 1, ends, 10, "timestampDelta")
+    p = bs + 1 + w
+    od, w = _read_varints(d, p, ends, 5, "offsetDelta")
+    p += w
+    if int(od.min()) < 0 or int(od.max()) > header.last_offset_delta:
+        raise _Bad("offset delta outside [0, lastOffsetDelta]")
+    kl, w = _read_varints(d, p, ends, 5, "keyLength")
+    kp = p + w
+    if int(kl.min()) < -1:
+        raise _Bad("negative key length")
+    p = kp + np.maximum(kl, 0)
+    vl, w = _read_varints(d, p, ends, 5, "valueLength")
+    vp = p + w
+    if int(vl.min()) < -1:
+        raise _Bad("negative value length")
+    p = vp + np.maximum(vl, 0)
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
+    if bool((p + 1 == ends).all()) and not d[p].any():
+        pass  # the common case: every record ends with headersCount 0
+    else:
+        hc, w = _read_varints(d, p, ends, 5, "headersCount")
+        p = p + w
+        if int(hc.min()) < 0:
+            raise _Bad("negative headers count")
+        headers = _decode_headers(data, p, ends, hc)
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        timestamps = np.full(n, header.max_timestamp, np.int64)
+    else:
+        timestamps = tsd + np.int64(header.base_timestamp)
+    return DecodedRecords(
+        data,
+        od + np.int64(header.base_offset),
+        timestamps,
+        kp,
+        kl.astype(np.int32),
+        vp,
+        vl.astype(np.int32),
+        headers,
+    )
