@@ -743,3 +743,24 @@ def test_decoded_records_accessors() -> None:
     assert plain.headers is None and plain.header(0) == () and plain.keys() == [None]
     with pytest.raises(IndexError):
         plain.header(1)
+
+
+@given(
+    st.lists(st.binary(max_size=40), min_size=1, max_size=60),
+    st.integers(0, 70),
+    st.one_of(st.none(), st.integers(0, 70)),
+)
+@settings(max_examples=80, deadline=None)
+def test_partial_decode_equals_a_slice_of_the_full_decode(
+    values: list[bytes], first: int, count: int | None
+) -> None:
+    batch = encode_batch(values, keys=[b"k%d" % i for i in range(len(values))], timestamps=T0)
+    header = parse_header(batch)
+    full = decode_records(batch, 0, header)
+    part = decode_records(batch, 0, header, first=first, count=count)
+    lo = min(first, len(values))
+    hi = len(values) if count is None else min(len(values), lo + count)
+    assert part.offsets.tolist() == full.offsets.tolist()[lo:hi]
+    assert part.values() == full.values()[lo:hi]
+    assert part.keys() == full.keys()[lo:hi]
+    assert part.timestamps.tolist() == full.timestamps.tolist()[lo:hi]

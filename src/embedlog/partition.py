@@ -546,14 +546,22 @@ class Partition:
             )
 
     def batches(
-        self, start: int, end: int | None = None, *, control: bool = False
+        self,
+        start: int,
+        end: int | None = None,
+        *,
+        control: bool = False,
+        max_records: int | None = None,
     ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
         """Data batches whose records fall in ``[start, end)``, each restricted to that range.
 
-        Control batches are skipped (their offsets still count) unless ``control``. The segment
-        list is captured once; segments deleted meanwhile keep being readable through their open
-        descriptors.
+        Control batches are skipped (their offsets still count) unless ``control``. With
+        ``max_records`` the caller promises to stop after that many records, so the batches are
+        decoded no further (a point read walks its batch only up to the record it wants). The
+        segment list is captured once; segments deleted meanwhile keep being readable through
+        their open descriptors.
         """
+        wanted = max_records
         with self.lock:
             if not self.writable and (start >= self.end_offset or end is None):
                 self.refresh()
@@ -584,7 +592,12 @@ class Partition:
                 if (header.last_offset < offset or (header.is_control and not control)
                         or not header.records_count):
                     continue
-                records = fmt.decode_records(buf, p, header)
+                first = 0
+                if offset > header.base_offset and (
+                    header.records_count == header.last_offset_delta + 1
+                ):
+                    first = offset - header.base_offset  # dense: record i has offset base + i
+                records = fmt.decode_records(buf, p, header, first=first, count=wanted)
                 lo = hi = None
                 if records.offsets[0] < offset:
                     lo = int(records.offsets.searchsorted(offset))
@@ -594,6 +607,10 @@ class Partition:
                     records = records.slice(lo or 0, len(records) if hi is None else hi)
                 if len(records):
                     yield header, records
+                    if wanted is not None:
+                        wanted -= len(records)
+                        if wanted <= 0:
+                            return
             offset = max(offset, seg.next_offset)
 
     def _current_end(self) -> int:
@@ -606,7 +623,7 @@ class Partition:
         """Records from ``start``; built with C-level ``map``/``zip`` (no per-record bytecode)."""
         topic, partition = repeat(self.topic), repeat(self.partition)
         remaining = max_records
-        for header, records in self.batches(start, end):
+        for header, records in self.batches(start, end, max_records=max_records):
             n = len(records)
             if remaining is not None and n > remaining:
                 records = records.slice(0, remaining)

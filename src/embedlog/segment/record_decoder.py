@@ -113,9 +113,9 @@ _EMPTY_I64: Final = np.empty(0, np.int64)
 _EMPTY_I32: Final = np.empty(0, np.int32)
 
 
-def _walk(data: bytes, n: int) -> tuple[list[int], int]:
-    """Follow the record-length chain: the start of each of ``n`` records and the end of the
-    last one.
+def _walk(data: bytes, n: int, skip: int = 0) -> tuple[list[int], int]:
+    """Follow the record-length chain: the starts of records ``skip..n-1`` and the end of
+    record ``n-1``.
 
     Kept as tight as possible: the one- and two-byte paths ignore the zigzag sign bit (so the
     chain always moves forward) and :func:`_decode` re-reads every length vectorised, which
@@ -125,17 +125,25 @@ def _walk(data: bytes, n: int) -> tuple[list[int], int]:
     append = starts.append
     jump = _RECORD_JUMP
     p = 0
-    for _ in repeat(None, n):
+    for _ in repeat(None, min(skip, n)):  # records before the first one asked for
+        j = jump[data[p] | data[p + 1] << 8]
+        p = p + j if j else _long_record_end(data, p)
+    for _ in repeat(None, n - min(skip, n)):
         append(p)
         j = jump[data[p] | data[p + 1] << 8]  # every record has more than two bytes
         if j:
             p += j
         else:
-            length, q = decode_varint(data, p, 5)
-            if length < _MIN_BODY:
-                raise _Bad(f"invalid record length {length}")
-            p = q + length
+            p = _long_record_end(data, p)
     return starts, p
+
+
+def _long_record_end(data: bytes, p: int) -> int:
+    """End of the record at ``p`` whose length varint is longer than two bytes."""
+    length, q = decode_varint(data, p, 5)
+    if length < _MIN_BODY:
+        raise _Bad(f"invalid record length {length}")
+    return q + length
 
 
 def _record_jumps() -> list[int]:
@@ -276,12 +284,18 @@ def decode_records(
     header: BatchHeader,
     *,
     max_decompressed: int = 64 * 1024 * 1024,
+    first: int = 0,
+    count: int | None = None,
 ) -> DecodedRecords:
     """Decompress (bounded by ``max_decompressed``) and fully validate the records of the
     batch at ``pos`` (see reliability.md section 3.2); columns of the result are per record.
 
-    The CRC is not checked here (:func:`next_batch` does). For LogAppendTime batches every
-    timestamp is maxTimestamp. Any violation is CorruptBatchError with ``position=pos``.
+    ``first``/``count`` restrict the result to the records at those positions in the batch (a
+    point read): the record-length chain is followed only up to the last one asked for, and
+    only those are decoded; the check that the records end exactly at the end of the batch is
+    then left to the CRC, which the caller verified. The CRC is not checked here
+    (:func:`next_batch` does). For LogAppendTime batches every timestamp is maxTimestamp. Any
+    violation is CorruptBatchError with ``position=pos``.
     """
     end = pos + header.size
     if end > len(buf):
@@ -299,14 +313,16 @@ def decode_records(
             raise type(e)(str(e), position=pos) from e
     data = raw
     try:
-        return _decode(data, n, header)
+        return _decode(data, n, header, first, count)
     except (_Bad, CorruptBatchError) as e:
         raise CorruptBatchError(str(e), position=pos) from None
     except (IndexError, ValueError, OverflowError, UnicodeDecodeError) as e:
         raise CorruptBatchError(f"malformed records: {e}", position=pos) from None
 
 
-def _decode(data: bytes, n: int, header: BatchHeader) -> DecodedRecords:
+def _decode(
+    data: bytes, n: int, header: BatchHeader, first: int = 0, count: int | None = None
+) -> DecodedRecords:
     size = len(data)
     if n == 0:
         if size:
@@ -316,11 +332,19 @@ def _decode(data: bytes, n: int, header: BatchHeader) -> DecodedRecords:
         )
     if n * _MIN_RECORD > size:
         raise _Bad(f"records count {n} cannot fit in {size} bytes")
-    starts, stop = _walk(data, n)
-    if stop != size:
+    first = min(max(first, 0), n)
+    last = n if count is None else min(n, first + max(count, 0))
+    starts, stop = _walk(data, last, first)
+    if last == n and stop != size:
         raise _Bad("records do not end at the end of the batch")
+    if stop > size:
+        raise _Bad("record runs past the end of the batch")
     starts.append(stop)
-    chain = np.array(starts, np.int64)  # strictly increasing from 0 (see _walk)
+    chain = np.array(starts, np.int64)  # strictly increasing (see _walk)
+    if len(chain) == 1:
+        return DecodedRecords(
+            data, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I32, _EMPTY_I64, _EMPTY_I32, None
+        )
     rs = chain[:-1]
     ends = chain[1:]
     d = np.frombuffer(data, np.uint8)
@@ -356,7 +380,7 @@ def _decode(data: bytes, n: int, header: BatchHeader) -> DecodedRecords:
             raise _Bad("negative headers count")
         headers = _decode_headers(data, p, ends, hc)
     if header.attributes & TIMESTAMP_TYPE_MASK:
-        timestamps = np.full(n, header.max_timestamp, np.int64)
+        timestamps = np.full(len(rs), header.max_timestamp, np.int64)
     else:
         timestamps = tsd + np.int64(header.base_timestamp)
     return DecodedRecords(
