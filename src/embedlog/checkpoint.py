@@ -15,7 +15,6 @@ checkpoint. Parsing is pure; a malformed file raises
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from . import _io
@@ -93,7 +92,3 @@ def read_offsets(path: str) -> dict[TopicPartition, int]:
 
 def write_offsets(path: str, offsets: Mapping[TopicPartition, int]) -> None:
     _io.write_atomic(path, format_offsets(offsets).encode())
-
-
-def exists(path: str) -> bool:
-    return os.path.exists(path)

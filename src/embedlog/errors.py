@@ -111,6 +111,7 @@ class CorruptionError(EmbedlogError):
     """Stored or supplied bytes are invalid.
 
     Attributes:
+        reason: the message without the location.
         path: the file the bytes came from, if known.
         position: byte position of the problem inside that file, if known.
     """
@@ -122,6 +123,7 @@ class CorruptionError(EmbedlogError):
         if position is not None:
             where.append(f"byte {position}")
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.reason = message
         self.path = path
         self.position = position
 

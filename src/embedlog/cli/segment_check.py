@@ -114,13 +114,13 @@ class LogWalk:
         try:
             fmt.verify_crc(buf, p, header)
         except CorruptBatchError as exc:
-            crc_valid, error = False, _reason(exc)
+            crc_valid, error = False, exc.reason
         records = None
         if self.decode and header.records_count and crc_valid:
             try:
                 records = fmt.decode_records(buf, p, header)
             except CorruptBatchError as exc:
-                error = _reason(exc)
+                error = exc.reason
         if error:
             self.bad_batches += 1
         self.records += header.records_count
@@ -130,11 +130,6 @@ class LogWalk:
         """Index (into the columns) of the batch holding ``offset``, if any."""
         i = bisect.bisect_left(self.last_offsets, offset)
         return i if i < len(self.last_offsets) else None
-
-
-def _reason(exc: CorruptBatchError) -> str:
-    text = str(exc)
-    return text.rpartition(" (")[0] if exc.position is not None and " (" in text else text
 
 
 def check_offset_index(path: str, walk: LogWalk) -> list[str]:

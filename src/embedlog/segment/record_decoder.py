@@ -310,7 +310,7 @@ def decode_records(
         try:
             raw = decompress(codec, raw, max_size=max_decompressed)
         except CorruptBatchError as e:
-            raise type(e)(str(e), position=pos) from e
+            raise type(e)(e.reason, position=pos) from e
     data = raw
     try:
         return _decode(data, n, header, first, count)

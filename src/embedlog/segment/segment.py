@@ -620,7 +620,4 @@ class Segment:
 
 def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
     """The same error (same class), naming the file and the batch's position in it."""
-    reason = str(exc)
-    if exc.position is not None:
-        reason = reason.rpartition(" (")[0] or reason
-    return type(exc)(reason, path=path, position=position)
+    return type(exc)(exc.reason, path=path, position=position)
