@@ -22,7 +22,10 @@ __all__ = [
     "EXIT_OS",
     "EXIT_USAGE",
     "CommandError",
+    "DamagedDataError",
+    "SystemFailureError",
     "cli",
+    "command_error",
     "main",
 ]
 
@@ -41,11 +44,35 @@ EXIT_CODES = {
 
 
 class CommandError(click.ClickException):
-    """A one-line failure with its exit code (see the module docstring)."""
+    """A one-line failure of a request that cannot be served (exit code 1).
 
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    click keeps the exit code on the class, so each code has its subclass:
+    :class:`DamagedDataError` (3) and :class:`SystemFailureError` (4); :func:`command_error`
+    picks one."""
+
+    exit_code = EXIT_USAGE
+
+
+class DamagedDataError(CommandError):
+    """Damaged data was found (exit code 3)."""
+
+    exit_code = EXIT_CORRUPT
+
+
+class SystemFailureError(CommandError):
+    """The operating system failed an operation (exit code 4)."""
+
+    exit_code = EXIT_OS
+
+
+_ERRORS_BY_CODE: dict[int, type[CommandError]] = {
+    EXIT_USAGE: CommandError, EXIT_CORRUPT: DamagedDataError, EXIT_OS: SystemFailureError,
+}
+
+
+def command_error(message: str, exit_code: int = EXIT_USAGE) -> CommandError:
+    """The :class:`CommandError` subclass for ``exit_code`` (1, 3 or 4), carrying ``message``."""
+    return _ERRORS_BY_CODE[exit_code](message)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -68,7 +95,7 @@ def _one_line(exc: BaseException) -> str:
 
 def fail(exc: BaseException) -> NoReturn:
     """Turn ``exc`` into a :class:`CommandError` (one line, the right exit code)."""
-    raise CommandError(_one_line(exc), exit_code_for(exc)) from exc
+    raise command_error(_one_line(exc), exit_code_for(exc)) from exc
 
 
 class EmbedlogGroup(click.Group):

@@ -7,6 +7,7 @@ or scripted runs stay quiet and stdout carries nothing but the command's result.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 
 def stderr_is_tty() -> bool:
-    return click.get_text_stream("stderr").isatty()
+    return sys.stderr.isatty()
 
 
 def progressbar(length: int, label: str, *, status: bool = False) -> ProgressBar[Any]:
@@ -34,7 +35,7 @@ def progressbar(length: int, label: str, *, status: bool = False) -> ProgressBar
     return click.progressbar(
         length=max(length, 1),
         label=label,
-        file=click.get_text_stream("stderr"),
+        file=sys.stderr,
         hidden=length <= 0 or not stderr_is_tty(),
         show_eta=True,
         item_show_func=(lambda text: text) if status else None,
@@ -84,7 +85,7 @@ def run_with_spinner(fn: Callable[[], T], label: str) -> T:
         future: Future[T] = pool.submit(fn)
         future.add_done_callback(lambda _: done.set())
         with click.progressbar(_ticks(done, 0.1), label=label,
-                               file=click.get_text_stream("stderr")) as bar:
+                               file=sys.stderr) as bar:
             for _ in bar:
                 pass
         return future.result()
