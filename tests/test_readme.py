@@ -1,6 +1,6 @@
 """The README and docs/ say what the code does: every Python and shell example in the README
 runs, every CLI command is documented in docs/cli.md (which matches ``--help``), and the format
-page's batch header table matches the codec."""
+page's batch header table and file names match the codec and :mod:`embedlog.naming`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from embedlog import naming
 from embedlog.cli.reference import command_paths, render
 from embedlog.segment import format as fmt
 
@@ -136,3 +137,34 @@ def test_docs_links_resolve() -> None:
     assert targets
     for target in targets:
         assert (ROOT / target).is_file(), target
+
+
+def _documented_names() -> set[str]:
+    """File and folder names of the format page's layout blocks and its suffix table."""
+    text = FORMAT_DOC.read_text(encoding="utf-8")
+    names: set[str] = set()
+    for lang, body in _FENCE.findall(text):
+        if lang != "text" or "<" not in body.split("\n", 1)[0]:
+            continue  # only the directory trees (they start with <log dir>/ or a path)
+        for line in body.splitlines()[1:]:
+            path = re.split(r"\s{2,}", line.strip())[0] if line.strip() else "..."
+            for part in path.strip("/").split("/"):
+                if part == "..." or (part.startswith("<") and part.endswith(">")):
+                    continue
+                m = re.fullmatch(r"\d{20}(\.\w+)", part)
+                names.add(m.group(1) if m else part)
+    names.update(re.findall(r"^\| `(\.\w+)` \|", text, re.M))
+    return names
+
+
+def test_format_page_lists_the_names_of_naming_py() -> None:
+    constants = {
+        name: getattr(naming, name) for name in naming.__all__
+        if name.isupper() and isinstance(getattr(naming, name), str)
+    }
+    assert len(constants) >= 25
+    documented = _documented_names()
+    missing = {k: v for k, v in constants.items() if v not in documented}
+    assert not missing, f"docs/format.md does not list {missing}"
+    unknown = documented - set(constants.values())
+    assert not unknown, f"docs/format.md lists names naming.py does not define: {unknown}"

@@ -34,6 +34,7 @@ __all__ = [
     "Safety",
     "backend",
     "close",
+    "ensure_dir",
     "fsync",
     "fsync_dir",
     "mark",
@@ -42,6 +43,7 @@ __all__ = [
     "pwrite",
     "rename",
     "rmdir",
+    "storage_error",
     "truncate",
     "unlink",
     "use_backend",
@@ -71,7 +73,9 @@ class Safety:
 SAFETY = Safety()
 
 
-def _storage_error(exc: OSError, what: str, path: str | None) -> StorageError:
+def storage_error(exc: OSError, what: str, path: str | None) -> StorageError:
+    r"""``exc`` as a :class:`~embedlog.errors.StorageError` saying which operation failed on
+    which path (for readers that map their own ``OSError``\ s the same way)."""
     err = StorageError(exc.errno or _errno.EIO, f"{what} failed: {exc.strerror or exc}", path)
     err.__cause__ = exc
     return err
@@ -85,13 +89,13 @@ class FileSystem:
         try:
             return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
         except OSError as exc:
-            raise _storage_error(exc, "open", path) from exc
+            raise storage_error(exc, "open", path) from exc
 
     def close(self, fd: int) -> None:
         try:
             os.close(fd)
         except OSError as exc:
-            raise _storage_error(exc, "close", None) from exc
+            raise storage_error(exc, "close", None) from exc
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
@@ -100,7 +104,7 @@ class FileSystem:
                 n = os.write(fd, view)
                 view = view[n:]
         except OSError as exc:
-            raise _storage_error(exc, "write", None) from exc
+            raise storage_error(exc, "write", None) from exc
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
         view = memoryview(data)
@@ -110,29 +114,29 @@ class FileSystem:
                 view = view[n:]
                 offset += n
         except OSError as exc:
-            raise _storage_error(exc, "pwrite", None) from exc
+            raise storage_error(exc, "pwrite", None) from exc
 
     def truncate(self, fd: int, size: int) -> None:
         try:
             os.ftruncate(fd, size)
         except OSError as exc:
-            raise _storage_error(exc, "truncate", None) from exc
+            raise storage_error(exc, "truncate", None) from exc
 
     def fsync(self, fd: int) -> None:
         try:
             os.fsync(fd)
         except OSError as exc:
-            raise _storage_error(exc, "fsync", None) from exc
+            raise storage_error(exc, "fsync", None) from exc
 
     def fsync_dir(self, path: str) -> None:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
         except OSError as exc:
-            raise _storage_error(exc, "open directory", path) from exc
+            raise storage_error(exc, "open directory", path) from exc
         try:
             os.fsync(fd)
         except OSError as exc:
-            raise _storage_error(exc, "fsync directory", path) from exc
+            raise storage_error(exc, "fsync directory", path) from exc
         finally:
             os.close(fd)
 
@@ -140,7 +144,7 @@ class FileSystem:
         try:
             os.replace(src, dst)
         except OSError as exc:
-            raise _storage_error(exc, "rename", src) from exc
+            raise storage_error(exc, "rename", src) from exc
 
     def unlink(self, path: str) -> None:
         try:
@@ -148,13 +152,13 @@ class FileSystem:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise _storage_error(exc, "unlink", path) from exc
+            raise storage_error(exc, "unlink", path) from exc
 
     def mkdir(self, path: str, mode: int = DIR_MODE) -> None:
         try:
             os.mkdir(path, mode)
         except OSError as exc:
-            raise _storage_error(exc, "mkdir", path) from exc
+            raise storage_error(exc, "mkdir", path) from exc
 
     def rmdir(self, path: str) -> None:
         try:
@@ -162,7 +166,7 @@ class FileSystem:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise _storage_error(exc, "rmdir", path) from exc
+            raise storage_error(exc, "rmdir", path) from exc
 
     def mark(self, kind: str, **info: Any) -> None:
         """An annotation for recording backends (``ack``, ``intent_retain``...); a no-op here."""
@@ -257,3 +261,19 @@ def write_atomic(path: str, data: bytes) -> None:
         close(fd)
     rename(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
+
+
+def ensure_dir(path: str) -> None:
+    """Create ``path`` (and its parents up to an existing one) durably: each new directory's
+    parent is fsynced. Racing creators are fine."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    ensure_dir(parent)
+    try:
+        mkdir(path)
+    except StorageError as exc:
+        if exc.errno != _errno.EEXIST:
+            raise
+        return
+    fsync_dir(parent)

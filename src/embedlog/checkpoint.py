@@ -1,94 +1,176 @@
-"""Kafka's text checkpoint files (``recovery-point-offset-checkpoint`` and friends).
+"""Small versioned text files: Kafka's checkpoints and embedlog's own counters and manifests.
 
-Layout (UTF-8, ``\\n`` line ends)::
+Every small text file embedlog keeps has the same shape, described once by a
+:class:`VersionedText` and parsed and formatted here (UTF-8, ``\\n`` line ends)::
 
-    0                      version
-    2                      number of entries
-    orders 0 1042          one entry per line, fields split on whitespace
-    orders 1 977
+    <version line>         exactly the format's header, e.g. ``0`` or ``embedlog-segments 1``
+    [<entry count>]        only in Kafka's checkpoints
+    <field> <field> ...    one entry per line, a fixed number of fields split on whitespace
 
-An empty file means no entries (Kafka writes one for a cleaner that never ran). Files are
-replaced whole through :func:`embedlog._io.write_atomic`, so a crash leaves the old or the new
-checkpoint. Parsing is pure; a malformed file raises
-:class:`~embedlog.errors.CorruptCheckpointError`.
+Formats defined here (file names in :mod:`embedlog.naming`):
+
+* :data:`OFFSETS` -- Kafka's checkpoints (``recovery-point-offset-checkpoint``,
+  ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``, a group's ``offsets``)::
+
+      0                      version
+      2                      number of entries
+      orders 0 1042          topic partition offset
+      orders 1 977
+
+  An empty file means no entries (Kafka writes one for a cleaner that never ran).
+* :data:`SEGMENT_MANIFEST` -- ``embedlog.segments``: ``embedlog-segments 1``, then
+  ``base-offset size`` of each sealed segment.
+* :data:`PRODUCER_IDS` -- ``embedlog.producer-ids``: ``embedlog-producer-ids 1``, then the next
+  free producer id.
+
+Integer fields are plain ASCII digits and never negative. Files are replaced whole through
+:func:`embedlog._io.write_atomic`, so a crash leaves the old or the new file. Parsing is pure; a
+malformed or unreadable file raises :class:`~embedlog.errors.CorruptCheckpointError` naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from . import _io
 from .errors import CorruptCheckpointError
 from .records import TopicPartition
 
 __all__ = [
+    "OFFSETS",
+    "PRODUCER_IDS",
+    "SEGMENT_MANIFEST",
+    "VersionedText",
     "format_offsets",
     "parse_offsets",
     "read_offsets",
     "write_offsets",
 ]
 
-VERSION = 0
+Row = tuple[str | int, ...]
+_INT_RE: Final = re.compile(r"-?[0-9]+\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedText:
+    """The layout of one kind of small text file.
+
+    Attributes:
+        what: what the file is, for error messages ("checkpoint", "segment manifest"...).
+        header: the exact first line; a file with any other first line is rejected.
+        fields: per entry field, ``str`` or ``int`` (ints are non-negative).
+        counted: a second line holds the number of entries (Kafka's checkpoints).
+        empty_ok: an empty (or blank) file has no entries instead of being malformed.
+        max_bytes: the largest file read; a larger one is malformed.
+    """
+
+    what: str
+    header: str
+    fields: tuple[type[str] | type[int], ...]
+    counted: bool = False
+    empty_ok: bool = False
+    max_bytes: int = 64 * 1024 * 1024
+
+    def parse(self, text: str, *, path: str | None = None) -> list[Row]:
+        """The entries of ``text``, each a tuple of the format's field types."""
+        if self.empty_ok and not text.strip():
+            return []
+        lines = [line.rstrip("\r") for line in text.split("\n")]
+        if lines and lines[-1] == "":
+            lines.pop()
+        if not lines or lines[0].strip() != self.header:
+            first = lines[0][:40] if lines else ""
+            raise self._bad(f"first line {first!r} is not the version line {self.header!r}",
+                            path)
+        body = lines[1:]
+        if self.counted:
+            if not body or not _INT_RE.match(body[0].strip()):
+                raise self._bad("missing or non-integer entry count", path)
+            count, body = int(body[0]), body[1:]
+            if count != len(body):
+                raise self._bad(f"header says {count} entries, file has {len(body)}", path)
+        return [self._row(line, path) for line in body]
+
+    def _row(self, line: str, path: str | None) -> Row:
+        parts = line.split()
+        if len(parts) != len(self.fields):
+            raise self._bad(f"entry {line!r} does not have {len(self.fields)} fields", path)
+        row: list[str | int] = []
+        for text, kind in zip(parts, self.fields, strict=True):
+            if kind is str:
+                row.append(text)
+                continue
+            if not _INT_RE.match(text):
+                raise self._bad(f"entry {line!r} has a non-integer field {text!r}", path)
+            if text.startswith("-"):
+                raise self._bad(f"entry {line!r} has a negative value", path)
+            row.append(int(text))
+        return tuple(row)
+
+    def format(self, rows: Iterable[Sequence[str | int]]) -> str:
+        """The file's text for ``rows`` (in the order given)."""
+        rows = list(rows)
+        lines = [self.header]
+        if self.counted:
+            lines.append(str(len(rows)))
+        lines += [" ".join(str(v) for v in row) for row in rows]
+        return "\n".join(lines) + "\n"
+
+    def read(self, path: str) -> list[Row] | None:
+        """The entries of the file at ``path``; ``None`` if it does not exist."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(self.max_bytes + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CorruptCheckpointError(f"cannot read {self.what}: {exc}", path=path) from exc
+        if len(raw) > self.max_bytes:
+            raise self._bad(f"larger than {self.max_bytes} bytes", path)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._bad("not UTF-8", path) from None
+        return self.parse(text, path=path)
+
+    def write(self, path: str, rows: Iterable[Sequence[str | int]]) -> None:
+        """Replace the file at ``path`` atomically (tmp, fsync, rename, directory fsync)."""
+        _io.write_atomic(path, self.format(rows).encode())
+
+    def _bad(self, msg: str, path: str | None) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"malformed {self.what}: {msg}", path=path)
+
+
+OFFSETS: Final = VersionedText("checkpoint", "0", (str, int, int), counted=True, empty_ok=True)
+SEGMENT_MANIFEST: Final = VersionedText("segment manifest", "embedlog-segments 1", (int, int),
+                                        max_bytes=16 * 1024 * 1024)
+PRODUCER_IDS: Final = VersionedText("producer id counter", "embedlog-producer-ids 1", (int,),
+                                    max_bytes=4096)
+
+
+def _offsets(rows: list[Row]) -> dict[TopicPartition, int]:
+    return {TopicPartition(str(topic), int(p)): int(o) for topic, p, o in rows}
 
 
 def parse_offsets(text: str, *, path: str | None = None) -> dict[TopicPartition, int]:
     """Parse the ``topic partition offset`` checkpoint format."""
-    if not text.strip():
-        return {}
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-
-    def bad(msg: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"malformed checkpoint: {msg}", path=path)
-
-    if len(lines) < 2:
-        raise bad("missing header lines")
-    try:
-        version, count = int(lines[0]), int(lines[1])
-    except ValueError:
-        raise bad("version and entry count must be integers") from None
-    if version != VERSION:
-        raise bad(f"unsupported version {version}")
-    if count != len(lines) - 2:
-        raise bad(f"header says {count} entries, file has {len(lines) - 2}")
-    out: dict[TopicPartition, int] = {}
-    for line in lines[2:]:
-        fields = line.split()
-        if len(fields) != 3:
-            raise bad(f"entry {line!r} does not have three fields")
-        try:
-            partition, offset = int(fields[1]), int(fields[2])
-        except ValueError:
-            raise bad(f"entry {line!r} has a non-integer partition or offset") from None
-        if partition < 0 or offset < 0:
-            raise bad(f"entry {line!r} has a negative value")
-        out[TopicPartition(fields[0], partition)] = offset
-    return out
+    return _offsets(OFFSETS.parse(text, path=path))
 
 
 def format_offsets(offsets: Mapping[TopicPartition, int]) -> str:
-    entries = sorted(offsets.items())
-    lines = [str(VERSION), str(len(entries))]
-    lines += [f"{tp.topic} {tp.partition} {offset}" for tp, offset in entries]
-    return "\n".join(lines) + "\n"
+    """Checkpoint text of ``offsets``, entries sorted by topic and partition."""
+    return OFFSETS.format((tp.topic, tp.partition, o) for tp, o in sorted(offsets.items()))
 
 
 def read_offsets(path: str) -> dict[TopicPartition, int]:
     """Entries of a checkpoint file; a missing file has none."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(64 * 1024 * 1024)
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise CorruptCheckpointError(f"cannot read checkpoint: {exc}", path=path) from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CorruptCheckpointError("checkpoint is not UTF-8", path=path) from None
-    return parse_offsets(text, path=path)
+    rows = OFFSETS.read(path)
+    return {} if rows is None else _offsets(rows)
 
 
 def write_offsets(path: str, offsets: Mapping[TopicPartition, int]) -> None:
+    """Replace the checkpoint at ``path`` with ``offsets``."""
     _io.write_atomic(path, format_offsets(offsets).encode())

@@ -1,19 +1,36 @@
-"""Names on disk: topic validation, partition folders and segment files.
+"""Names on disk: every file and folder name embedlog reads or writes, topic validation,
+partition folders and segment files.
 
 Layout of a log directory (Kafka's, so Kafka tools read it)::
 
     <log dir>/
-      .lock                              writer lock (flock), empty
-      embedlog.json                      topics, partition counts, configs (embedlog only)
-      recovery-point-offset-checkpoint   Kafka checkpoint: topic partition offset
-      log-start-offset-checkpoint        Kafka checkpoint: topic partition offset
-      cleaner-offset-checkpoint          Kafka checkpoint (compacted topics)
-      .kafka_cleanshutdown               present only after a clean close
+      .lock                              LOCK_FILE: writer lock (flock), empty
+      embedlog.json                      METADATA_FILE: topics, partition counts, configs
+      recovery-point-offset-checkpoint   RECOVERY_POINT_CHECKPOINT: topic partition offset
+      log-start-offset-checkpoint        LOG_START_CHECKPOINT: topic partition offset
+      cleaner-offset-checkpoint          CLEANER_CHECKPOINT (compacted topics)
+      replication-offset-checkpoint      REPLICATION_CHECKPOINT (a broker's; read, not written)
+      .kafka_cleanshutdown               CLEAN_SHUTDOWN_FILE: present only after a clean close
+      embedlog.producer-ids              PRODUCER_IDS_FILE: next idempotent producer id
+      .spark-staging/<job>/              SPARK_STAGING_DIR: rows of a Spark write not yet
+                                         committed
+      __groups/<group>/                  GROUPS_DIR: consumer groups
+        lock                             GROUP_LOCK_FILE: flock while membership/offsets change
+        state.json                       GROUP_STATE_FILE: generation, assignor, members
+        offsets                          GROUP_OFFSETS_FILE: committed offsets (checkpoint)
+        members/<member id>              GROUP_MEMBERS_DIR: a live member's lock and heartbeat
+        leases/<topic>-<partition>       GROUP_LEASES_DIR: the consuming member's lease
       <topic>-<partition>/
-        00000000000000000000.log         record batches back to back
-        00000000000000000000.index       sparse offset index
-        00000000000000000000.timeindex   sparse time index
-        embedlog.segments                sizes of sealed segments (embedlog only)
+        00000000000000000000.log         LOG_SUFFIX: record batches back to back
+        00000000000000000000.index       INDEX_SUFFIX: sparse offset index
+        00000000000000000000.timeindex   TIMEINDEX_SUFFIX: sparse time index
+        embedlog.segments                SEGMENT_MANIFEST: sizes of sealed segments
+
+Kafka's ``.txnindex`` and producer ``.snapshot`` files (TXNINDEX_SUFFIX, SNAPSHOT_SUFFIX) are
+recognised but not written. Transient suffixes: ``.cleaned`` (a compaction's output),
+``.swap`` (an output being swapped in), ``.deleted`` (a segment being removed), ``.tmp`` (a
+small file being replaced, see :func:`embedlog._io.write_atomic`), ``.aborted`` (the marker of
+an aborted Spark job next to its staging folder).
 
 Topic names are checked before any path is built from them: ``[a-zA-Z0-9._-]``, 1 to 249
 characters, neither ``.`` nor ``..`` -- so a name can never climb out of the log directory.
@@ -23,17 +40,39 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Final
 
 from .errors import InvalidTopicError
 
 __all__ = [
+    "ABORTED_SUFFIX",
     "CLEANED_SUFFIX",
+    "CLEANER_CHECKPOINT",
+    "CLEAN_SHUTDOWN_FILE",
     "DELETED_SUFFIX",
+    "GROUPS_DIR",
+    "GROUP_LEASES_DIR",
+    "GROUP_LOCK_FILE",
+    "GROUP_MEMBERS_DIR",
+    "GROUP_OFFSETS_FILE",
+    "GROUP_STATE_FILE",
     "INDEX_SUFFIX",
+    "LOCK_FILE",
+    "LOG_START_CHECKPOINT",
     "LOG_SUFFIX",
     "MAX_TOPIC_LENGTH",
+    "METADATA_FILE",
+    "PRODUCER_IDS_FILE",
+    "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_CHECKPOINT",
+    "ROOT_CHECKPOINTS",
+    "SEGMENT_MANIFEST",
+    "SNAPSHOT_SUFFIX",
+    "SPARK_STAGING_DIR",
     "SWAP_SUFFIX",
     "TIMEINDEX_SUFFIX",
+    "TMP_SUFFIX",
+    "TXNINDEX_SUFFIX",
     "filename_prefix",
     "parse_partition_dir",
     "parse_segment_file",
@@ -42,12 +81,42 @@ __all__ = [
     "validate_topic",
 ]
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIMEINDEX_SUFFIX = ".timeindex"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
+# -- files of the log directory
+LOCK_FILE: Final = ".lock"
+METADATA_FILE: Final = "embedlog.json"
+RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT: Final = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT: Final = "cleaner-offset-checkpoint"
+REPLICATION_CHECKPOINT: Final = "replication-offset-checkpoint"
+ROOT_CHECKPOINTS: Final = (RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT,
+                           REPLICATION_CHECKPOINT)
+"""Kafka's checkpoint files at the root of a log directory (the last one a broker's only)."""
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+PRODUCER_IDS_FILE: Final = "embedlog.producer-ids"
+SPARK_STAGING_DIR: Final = ".spark-staging"
+GROUPS_DIR: Final = "__groups"
+
+# -- files of a group folder (``<log dir>/__groups/<group>/``)
+GROUP_LOCK_FILE: Final = "lock"
+GROUP_STATE_FILE: Final = "state.json"
+GROUP_OFFSETS_FILE: Final = "offsets"
+GROUP_MEMBERS_DIR: Final = "members"
+GROUP_LEASES_DIR: Final = "leases"
+
+# -- files of a partition folder
+SEGMENT_MANIFEST: Final = "embedlog.segments"
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIMEINDEX_SUFFIX: Final = ".timeindex"
+TXNINDEX_SUFFIX: Final = ".txnindex"
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+
+# -- transient suffixes
+CLEANED_SUFFIX: Final = ".cleaned"
+SWAP_SUFFIX: Final = ".swap"
+DELETED_SUFFIX: Final = ".deleted"
+TMP_SUFFIX: Final = ".tmp"
+ABORTED_SUFFIX: Final = ".aborted"
 
 MAX_TOPIC_LENGTH = 249
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+\Z")
@@ -100,6 +169,7 @@ def filename_prefix(offset: int) -> str:
 
 
 def segment_path(directory: str, base_offset: int, suffix: str) -> str:
+    """``<directory>/<20-digit base offset><suffix>``."""
     return os.path.join(directory, filename_prefix(base_offset) + suffix)
 
 

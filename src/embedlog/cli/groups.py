@@ -16,10 +16,9 @@ from typing import Any
 import click
 
 from ..errors import GroupError, UnknownTopicError
-from ..groups import ASSIGNORS, GROUPS_DIR, GroupState, OffsetStore, group_directory
-from ..groups._files import is_locked
+from ..groups import ASSIGNORS, GroupState, OffsetStore, group_directory, live_members
 from ..log import Log
-from ..naming import validate_topic
+from ..naming import GROUP_LOCK_FILE, GROUP_STATE_FILE, GROUPS_DIR, validate_topic
 from ..records import TopicPartition
 from .options import TIMESTAMP, dir_option, json_option, open_log, select_partitions
 from .output import echo_json, table
@@ -43,10 +42,9 @@ class GroupView:
         directory = os.path.join(log.path, GROUPS_DIR, name)
         if not os.path.isdir(directory):
             raise GroupError(f"consumer group {name!r} does not exist in {log.path}")
-        state = GroupState.read(os.path.join(directory, "state.json"))
-        committed = OffsetStore(directory, os.path.join(directory, "lock")).read()
-        alive = frozenset(m for m in state.members
-                          if is_locked(os.path.join(directory, "members", m)))
+        state = GroupState.read(os.path.join(directory, GROUP_STATE_FILE))
+        committed = OffsetStore(directory, os.path.join(directory, GROUP_LOCK_FILE)).read()
+        alive = live_members(directory, state)
         return cls(name, directory, state, committed, alive)
 
     def owners(self, log: Log) -> dict[TopicPartition, str]:
@@ -228,7 +226,7 @@ def reset_offsets(group: str, topic_specs: Sequence[str], all_topics: bool, to_e
         new = {tp: _new_offset(log, tp, committed.get(tp), how, value) for tp in targets}
         if execute:
             directory = group_directory(log.path, group)
-            store = OffsetStore(directory, os.path.join(directory, "lock"))
+            store = OffsetStore(directory, os.path.join(directory, GROUP_LOCK_FILE))
             store.commit(new, check=lambda: _check_inactive(directory, group))
     rows = [{"group": group, "topic": tp.topic, "partition": tp.partition,
              "new_offset": off} for tp, off in sorted(new.items())]
@@ -242,8 +240,7 @@ def reset_offsets(group: str, topic_specs: Sequence[str], all_topics: bool, to_e
 
 
 def _check_inactive(directory: str, group: str) -> None:
-    state = GroupState.read(os.path.join(directory, "state.json"))
-    live = [m for m in state.members if is_locked(os.path.join(directory, "members", m))]
+    live = live_members(directory, GroupState.read(os.path.join(directory, GROUP_STATE_FILE)))
     if live:
         raise GroupError(
             f"consumer group {group!r} has {len(live)} live member(s); offsets can only be "

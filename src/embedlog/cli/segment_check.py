@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import CorruptBatchError, CorruptIndexError
 from ..index import OffsetIndex, TimeIndex
-from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_file
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_file, segment_path
 from ..segment import format as fmt
 from ..segment.segment import Segment, SegmentSettings
 
@@ -66,7 +66,7 @@ class LogWalk:
         self.directory = directory
         self.base_offset = base_offset
         self.decode = decode
-        self.path = os.path.join(directory, f"{base_offset:020d}{LOG_SUFFIX}")
+        self.path = segment_path(directory, base_offset, LOG_SUFFIX)
         self.size = 0
         self.valid_bytes = 0
         self.trailing_bytes = 0

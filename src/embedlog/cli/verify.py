@@ -29,17 +29,24 @@ import click
 from .. import _io, checkpoint
 from .._platform import WriterLock
 from ..errors import CorruptionError, EmbedlogError
-from ..groups import GROUPS_DIR, GroupState
-from ..log import LOG_START, METADATA, RECOVERY_POINT
+from ..groups import GroupState
 from ..log import open as open_log
 from ..naming import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
+    GROUP_OFFSETS_FILE,
+    GROUP_STATE_FILE,
+    GROUPS_DIR,
     INDEX_SUFFIX,
+    LOG_START_CHECKPOINT,
     LOG_SUFFIX,
+    METADATA_FILE,
+    ROOT_CHECKPOINTS,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TMP_SUFFIX,
     parse_partition_dir,
+    segment_path,
 )
 from ..partition import read_manifest
 from ..records import TopicPartition
@@ -51,8 +58,6 @@ from .segment_check import LogWalk, check_offset_index, check_time_index, segmen
 
 __all__ = ["Problem", "Report", "verify", "verify_path"]
 
-CHECKPOINTS = (RECOVERY_POINT, LOG_START, "cleaner-offset-checkpoint",
-               "replication-offset-checkpoint")
 MAX_BATCH_PROBLEMS = 10
 """Bad batches listed per segment; the rest are counted."""
 
@@ -126,12 +131,12 @@ def _settings(root: str, report: Report) -> dict[TopicPartition, SegmentSettings
                         report.add(part.directory, "error",
                                    f"partition folder of {topic}-{p} is missing")
     except EmbedlogError as exc:
-        report.add(os.path.join(root, METADATA), "error", str(exc))
+        report.add(os.path.join(root, METADATA_FILE), "error", str(exc))
     return out
 
 
 def _check_root(root: str, report: Report, ends: dict[TopicPartition, int]) -> None:
-    for name in CHECKPOINTS:
+    for name in ROOT_CHECKPOINTS:
         path = os.path.join(root, name)
         if not os.path.exists(path):
             continue
@@ -140,7 +145,7 @@ def _check_root(root: str, report: Report, ends: dict[TopicPartition, int]) -> N
         except CorruptionError as exc:
             report.add(path, "error", str(exc))
             continue
-        if name != LOG_START:
+        if name != LOG_START_CHECKPOINT:
             continue
         for tp, start in offsets.items():
             end = ends.get(tp)
@@ -157,8 +162,8 @@ def _check_groups(root: str, report: Report) -> None:
     for entry in sorted(os.scandir(groups_dir), key=lambda e: e.name):
         if not entry.is_dir():
             continue
-        state = os.path.join(entry.path, "state.json")
-        offsets = os.path.join(entry.path, "offsets")
+        state = os.path.join(entry.path, GROUP_STATE_FILE)
+        offsets = os.path.join(entry.path, GROUP_OFFSETS_FILE)
         for path, read in ((state, GroupState.read), (offsets, checkpoint.read_offsets)):
             try:
                 read(path)
@@ -168,7 +173,7 @@ def _check_groups(root: str, report: Report) -> None:
 
 def _leftovers(directory: str, report: Report) -> None:
     for name in sorted(os.listdir(directory)):
-        if name.endswith((SWAP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX, ".tmp")):
+        if name.endswith((SWAP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX, TMP_SUFFIX)):
             report.add(os.path.join(directory, name), "warning",
                        "left by an interrupted compaction or deletion; the next writer open "
                        "finishes or discards it")
@@ -182,7 +187,7 @@ def _check_manifest(directory: str, bases: list[int], report: Report) -> None:
         return
     present = set(bases)
     for base, size in sealed.items():
-        path = os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
+        path = segment_path(directory, base, LOG_SUFFIX)
         if base not in present:
             if bases and bases[0] < base < bases[-1]:
                 report.add(path, "error", "sealed segment is missing")
@@ -288,10 +293,10 @@ class _Checker:
 def rebuild_indexes(directory: str, base: int, settings: SegmentSettings) -> None:
     """Rebuild a segment's ``.index`` and ``.timeindex`` from its log (caller holds the writer
     lock). The log is validated but never truncated."""
-    stem = os.path.join(directory, f"{base:020d}")
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
-        if os.path.exists(stem + suffix):
-            _io.unlink(stem + suffix)
+        path = segment_path(directory, base, suffix)
+        if os.path.exists(path):
+            _io.unlink(path)
     seg = Segment(directory, base, settings, writable=True)
     try:
         seg.open_indexes_for_append()
@@ -320,7 +325,7 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
             tp = TopicPartition(*parsed) if parsed else None
             parts.append(_Partition(folder, tp, settings.get(tp, SegmentSettings())
                                     if tp else SegmentSettings()))
-        total = sum(os.path.getsize(os.path.join(p.directory, f"{b:020d}{LOG_SUFFIX}"))
+        total = sum(os.path.getsize(segment_path(p.directory, b, LOG_SUFFIX))
                     for p in parts for b in _segments(p.directory))
         ends: dict[TopicPartition, int] = {}
         with progressbar(total, "verifying") as bar:

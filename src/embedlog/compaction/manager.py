@@ -16,17 +16,17 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from .. import checkpoint
+from ..naming import CLEANER_CHECKPOINT
 from ..partition import Partition
 from ..records import TopicPartition
 from .cleaner import Cancelled, clean_partition
 from .plan import Cleanable, cleanable
 from .stats import CompactionStats
 
-__all__ = ["CHECKPOINT", "DEFAULT_MAP_BYTES", "Compactor"]
+__all__ = ["DEFAULT_MAP_BYTES", "Compactor"]
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT: Final = "cleaner-offset-checkpoint"
 DEFAULT_MAP_BYTES: Final = 128 * 1024 * 1024
 """Memory for one pass's key map (Kafka's ``log.cleaner.dedupe.buffer.size`` default)."""
 
@@ -41,7 +41,7 @@ class Compactor:
     def __init__(
         self, root: str, clock: Callable[[], int], map_bytes: int = DEFAULT_MAP_BYTES
     ) -> None:
-        self.path = os.path.join(root, CHECKPOINT)
+        self.path = os.path.join(root, CLEANER_CHECKPOINT)
         self.clock = clock
         self.map_bytes = map_bytes
         self._offsets = checkpoint.read_offsets(self.path)

@@ -1,8 +1,8 @@
 """Consumer groups: committed offsets, membership, assignment and partition leases.
 
-Everything lives in its own folder of the log directory, outside the single-writer data lock,
-so any open of the log -- including ``read_only=True`` opens in other processes -- can join a
-group and commit::
+Everything lives in its own folder of the log directory (names in :mod:`embedlog.naming`),
+outside the single-writer data lock, so any open of the log -- including ``read_only=True``
+opens in other processes -- can join a group and commit::
 
     <log dir>/__groups/<group>/
       lock                       flock held while membership or committed offsets change
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Final
 
+from .._io import ensure_dir
+from .._platform import FileLock
 from ..errors import InvalidConfigError
-from ._files import FileLock, ensure_dir
+from ..naming import GROUPS_DIR
 from .assignors import ASSIGNORS, range_assign, round_robin_assign
-from .membership import GroupState, Membership
+from .membership import GroupState, Membership, live_members
 from .offsets import OffsetStore
 
 __all__ = [
@@ -35,11 +36,11 @@ __all__ = [
     "Membership",
     "OffsetStore",
     "group_directory",
+    "live_members",
     "range_assign",
     "round_robin_assign",
 ]
 
-GROUPS_DIR: Final = "__groups"
 _NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}\Z")
 
 

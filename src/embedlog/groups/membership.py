@@ -40,12 +40,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _io
+from .._platform import FileLock, is_locked
 from ..errors import CorruptCheckpointError, GroupError, UnknownTopicError
+from ..naming import (
+    GROUP_LEASES_DIR,
+    GROUP_LOCK_FILE,
+    GROUP_MEMBERS_DIR,
+    GROUP_STATE_FILE,
+)
 from ..records import TopicPartition
-from ._files import FileLock, ensure_dir, is_locked
 from .assignors import ASSIGNORS
 
-__all__ = ["GroupState", "Membership"]
+__all__ = ["GroupState", "Membership", "live_members"]
 
 _HEARTBEAT = struct.Struct(">q")
 
@@ -93,6 +99,12 @@ class GroupState:
         return GroupState(self.generation + 1, self.assignor if members else None, members)
 
 
+def live_members(directory: str, state: GroupState) -> frozenset[str]:
+    """The members of ``state`` whose process is alive: it holds its member file's lock."""
+    members = os.path.join(directory, GROUP_MEMBERS_DIR)
+    return frozenset(m for m in state.members if is_locked(os.path.join(members, m)))
+
+
 class Membership:
     """One member's view of its group: joining, heartbeats, assignment and leases.
 
@@ -119,10 +131,10 @@ class Membership:
         self.session_timeout_ms = session_timeout_ms
         self.client_id = client_id
         self._partition_count = partition_count
-        self.lock_path = os.path.join(directory, "lock")
-        self.state_path = os.path.join(directory, "state.json")
-        self._members_dir = os.path.join(directory, "members")
-        self._leases_dir = os.path.join(directory, "leases")
+        self.lock_path = os.path.join(directory, GROUP_LOCK_FILE)
+        self.state_path = os.path.join(directory, GROUP_STATE_FILE)
+        self._members_dir = os.path.join(directory, GROUP_MEMBERS_DIR)
+        self._leases_dir = os.path.join(directory, GROUP_LEASES_DIR)
         self.member_id: str | None = None
         self._member_lock: FileLock | None = None
         self.state = GroupState()
@@ -130,7 +142,7 @@ class Membership:
         self._assignment: frozenset[TopicPartition] | None = None
         self.leases: dict[TopicPartition, FileLock] = {}
         for d in (self._members_dir, self._leases_dir):
-            ensure_dir(d)
+            _io.ensure_dir(d)
 
     # ------------------------------------------------------------------ join / leave
 

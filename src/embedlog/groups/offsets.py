@@ -10,7 +10,7 @@
 
 A committed offset is the **next** offset to read (Kafka's convention). Commits read, merge and
 replace the whole file (tmp, fsync, rename, directory fsync) while holding the group's
-:class:`~embedlog.groups._files.FileLock`, so concurrent members in threads or processes never
+:class:`~embedlog._platform.FileLock`, so concurrent members in threads or processes never
 lose each other's entries; readers need no lock because the file is replaced atomically.
 """
 
@@ -20,8 +20,9 @@ import os
 from collections.abc import Callable, Mapping
 
 from .. import checkpoint
+from .._platform import FileLock
+from ..naming import GROUP_OFFSETS_FILE
 from ..records import TopicPartition
-from ._files import FileLock
 
 __all__ = ["OffsetStore"]
 
@@ -30,7 +31,7 @@ class OffsetStore:
     """The ``offsets`` file of a group directory, with ``lock`` serialising writers."""
 
     def __init__(self, directory: str, lock_path: str) -> None:
-        self.path = os.path.join(directory, "offsets")
+        self.path = os.path.join(directory, GROUP_OFFSETS_FILE)
         self.lock_path = lock_path
 
     def read(self) -> dict[TopicPartition, int]:

@@ -70,7 +70,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _io
-from ..errors import CorruptIndexError, ReadOnlyError, StorageError
+from ..errors import CorruptIndexError, ReadOnlyError
 
 __all__ = ["DEFAULT_MAX_BYTES", "INT32_MAX", "INT64_MAX", "INT64_MIN", "EntryFile"]
 
@@ -90,12 +90,6 @@ _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 Columns = dict[str, npt.NDArray[np.int64]]
 _E = TypeVar("_E", bound="EntryFile")
 ScanEnd = Literal["end", "padding", "invalid"]
-
-
-def _storage_error(exc: OSError, what: str, path: str) -> StorageError:
-    err = StorageError(exc.errno or errno.EIO, f"{what} failed: {exc.strerror or exc}", path)
-    err.__cause__ = exc
-    return err
 
 
 def _pread_all(fd: int, size: int) -> bytes:
@@ -237,7 +231,7 @@ class EntryFile:
         try:
             fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
         except OSError as exc:
-            raise _storage_error(exc, "open", self.path) from exc
+            raise _io.storage_error(exc, "open", self.path) from exc
         try:
             size = os.fstat(fd).st_size
             buf: bytes | mmap.mmap
@@ -250,7 +244,7 @@ class EntryFile:
             else:
                 buf = b""
         except OSError as exc:
-            raise _storage_error(exc, "read", self.path) from exc
+            raise _io.storage_error(exc, "read", self.path) from exc
         finally:
             os.close(fd)  # an mmap keeps its own reference to the file
         self._size = size
@@ -278,7 +272,7 @@ class EntryFile:
                 extents = _data_extents(fd, n * es, size)
                 first_nonzero = _first_nonzero(fd, extents)
             except OSError as exc:
-                raise _storage_error(exc, "read", self.path) from exc
+                raise _io.storage_error(exc, "read", self.path) from exc
             self._problem = self._find_problem(size, raw, n, end, first_nonzero)
             self._problem_known = True
             self._n = n

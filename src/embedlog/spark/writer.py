@@ -22,9 +22,7 @@ middle of step 2 can leave a prefix of the job appended, as a crashed Kafka prod
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -50,16 +48,14 @@ from pyspark.sql.types import (
 from ..errors import InvalidConfigError, UnknownTopicError
 from ..log import Log
 from ..log import open as open_log
+from ..naming import SPARK_STAGING_DIR
+from . import staging
 from .options import WriteOptions
 from .scan import planning_log
 from .schema import HEADERS_TYPE
 
 __all__ = ["EmbedlogStreamWriter", "EmbedlogWriter", "StagedFile"]
 
-STAGING_DIR = ".spark-staging"
-"""Folder under the log directory for rows not yet committed (never a topic name)."""
-ABORTED = ".aborted"
-"""Suffix of the marker an aborted job leaves next to its staging folder for late tasks."""
 APPEND_BYTES = 512 * 1024
 """Target key+value bytes per ``append_batch`` call: well under ``max.message.bytes``."""
 
@@ -92,7 +88,7 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 f"topic: {options.topic!r} does not exist in {options.path}; create it first "
                 "(embedlog.open(path).create_topic(...))"
             )
-        self.staging = os.path.join(options.path, STAGING_DIR, uuid.uuid4().hex)
+        self.staging = os.path.join(options.path, SPARK_STAGING_DIR, uuid.uuid4().hex)
 
     # -- executors ---------------------------------------------------------------------------
 
@@ -101,33 +97,20 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0
-        if os.path.exists(self.staging + ABORTED):
+        if staging.is_aborted(self.staging):
             return StagedFile("", 0, task)
-        os.makedirs(self.staging, exist_ok=True)
-        final = os.path.join(self.staging, f"part-{task:05d}-{uuid.uuid4().hex}.arrow")
-        tmp = final + ".tmp"
-        rows = 0
-        writer: pa.ipc.RecordBatchFileWriter | None = None
-        try:
-            for batch in iterator:
-                batch = pa.RecordBatch.from_arrays(
-                    batch.select([orig for orig, _ in self.columns]).columns,
-                    names=[name for _, name in self.columns],
-                )
-                if writer is None:
-                    writer = pa.ipc.new_file(tmp, batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
+        renamed = (
+            pa.RecordBatch.from_arrays(
+                batch.select([orig for orig, _ in self.columns]).columns,
+                names=[name for _, name in self.columns],
+            )
+            for batch in iterator
+        )
+        path, rows = staging.stage(self.staging, task, renamed)
+        if rows and staging.is_aborted(self.staging):  # the job failed while this task ran
+            staging.remove_file(path)
             return StagedFile("", 0, task)
-        os.replace(tmp, final)
-        if os.path.exists(self.staging + ABORTED):  # the job failed while this task ran
-            _remove(final)
-            return StagedFile("", 0, task)
-        return StagedFile(final, rows, task)
+        return StagedFile(path, rows, task)
 
     # -- driver ------------------------------------------------------------------------------
 
@@ -140,28 +123,19 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             if staged:
                 with open_log(self.options.path) as log:
                     for m in staged:  # every row is checked before the first append
-                        self._validate(log, _read_staged(m.path, ("topic", "partition")))
+                        self._validate(log, staging.read_staged(m.path, ("topic", "partition")))
                     for m in staged:
-                        self._append(log, _read_staged(m.path))
+                        self._append(log, staging.read_staged(m.path))
         finally:
             self._cleanup()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         # Tasks of a failed job may still be running: the marker tells them to drop their file.
-        with contextlib.suppress(OSError), open(self.staging + ABORTED, "wb"):
-            pass
+        staging.mark_aborted(self.staging)
         self._cleanup()
 
     def _cleanup(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
-        parent = os.path.dirname(self.staging)
-        with contextlib.suppress(OSError):
-            for name in os.listdir(parent):  # abort markers of jobs long gone
-                marker = os.path.join(parent, name)
-                if name.endswith(ABORTED) and time.time() - os.path.getmtime(marker) > 3600:
-                    _remove(marker)
-        with contextlib.suppress(OSError):  # drop the parent too when no other job is staging
-            os.rmdir(parent)
+        staging.cleanup(self.staging)
 
     def _by_topic(self, table: pa.Table) -> Iterator[tuple[str | None, pa.Table]]:
         """The rows of each target topic (the ``topic`` option wins over the column)."""
@@ -231,25 +205,6 @@ class EmbedlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._writer.abort(messages)
-
-
-def _read_staged(path: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """A staged file's rows (only ``columns`` that it has, when given)."""
-    with pa.OSFile(path) as f:
-        reader = pa.ipc.open_file(f)
-        if columns is not None:
-            names = reader.schema.names
-            wanted = [names.index(c) for c in columns if c in names]
-            options = pa.ipc.IpcReadOptions(included_fields=wanted)
-            reader = pa.ipc.open_file(f, options=options)
-        return reader.read_all()
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(path))
 
 
 def _topic_exists(path: str, topic: str) -> bool:

@@ -1,0 +1,128 @@
+"""The staging folder of Spark writes: rows that tasks wrote and the driver has not appended.
+
+Layout (names in :mod:`embedlog.naming`)::
+
+    <log dir>/.spark-staging/
+      <job>/part-<task>-<uuid>.arrow        one Arrow IPC file per task that wrote rows
+      <job>/part-<task>-<uuid>.arrow.tmp    a file still being written
+      <job>.aborted                         the job failed: late tasks drop their file
+
+Staged files are never fsynced: a crash loses the job, which Spark then fails or retries. Every
+mutation goes through :mod:`embedlog._io` like the log's own files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+
+from .. import _io
+from ..naming import ABORTED_SUFFIX, TMP_SUFFIX
+
+__all__ = ["cleanup", "is_aborted", "mark_aborted", "read_staged", "remove_file", "stage"]
+
+MARKER_TTL_S = 3600
+"""Abort markers older than this are removed by the next job's cleanup."""
+
+
+class _Sink:
+    """A write-only file object over an :mod:`embedlog._io` descriptor, for pyarrow."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        _io.write(self.fd, data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def stage(staging: str, task: int, batches: Iterator[pa.RecordBatch]) -> tuple[str, int]:
+    """Write ``batches`` to a new Arrow IPC file in the job folder ``staging``: its path and
+    row count, or ``("", 0)`` when there were no batches (nothing is left behind)."""
+    _io.ensure_dir(staging)
+    final = os.path.join(staging, f"part-{task:05d}-{uuid.uuid4().hex}.arrow")
+    tmp = final + TMP_SUFFIX
+    fd: int | None = None
+    rows = 0
+    writer: pa.ipc.RecordBatchFileWriter | None = None
+    try:
+        for batch in batches:
+            if writer is None:
+                fd = _io.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                writer = pa.ipc.new_file(pa.PythonFile(_Sink(fd), mode="w"), batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            if fd is not None:
+                _io.close(fd)
+    if writer is None:
+        return "", 0
+    _io.rename(tmp, final)
+    return final, rows
+
+
+def read_staged(path: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A staged file's rows (only ``columns`` that it has, when given)."""
+    with pa.OSFile(path) as f:
+        reader = pa.ipc.open_file(f)
+        if columns is not None:
+            names = reader.schema.names
+            wanted = [names.index(c) for c in columns if c in names]
+            options = pa.ipc.IpcReadOptions(included_fields=wanted)
+            reader = pa.ipc.open_file(f, options=options)
+        return reader.read_all()
+
+
+def is_aborted(staging: str) -> bool:
+    return os.path.exists(staging + ABORTED_SUFFIX)
+
+
+def mark_aborted(staging: str) -> None:
+    """Leave the marker that tells tasks of a failed job still running to drop their file."""
+    with contextlib.suppress(OSError):
+        _io.ensure_dir(os.path.dirname(staging))
+        _io.close(_io.open_file(staging + ABORTED_SUFFIX, os.O_WRONLY | os.O_CREAT))
+
+
+def remove_file(path: str) -> None:
+    """Remove one staged file, and its job folder if that is now empty."""
+    with contextlib.suppress(OSError):
+        _io.unlink(path)
+    with contextlib.suppress(OSError):
+        _io.rmdir(os.path.dirname(path))
+
+
+def cleanup(staging: str) -> None:
+    """Remove the job folder ``staging``, abort markers of jobs long gone, and the staging
+    root when no other job is staging."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(staging):
+            _io.unlink(os.path.join(staging, name))
+    with contextlib.suppress(OSError):
+        _io.rmdir(staging)
+    parent = os.path.dirname(staging)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            marker = os.path.join(parent, name)
+            if name.endswith(ABORTED_SUFFIX) and (
+                time.time() - os.path.getmtime(marker) > MARKER_TTL_S
+            ):
+                _io.unlink(marker)
+    with contextlib.suppress(OSError):
+        _io.rmdir(parent)
