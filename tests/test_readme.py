@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import embedlog
 from embedlog import naming
 from embedlog.cli.reference import command_paths, render
 from embedlog.segment import format as fmt
@@ -168,3 +169,16 @@ def test_format_page_lists_the_names_of_naming_py() -> None:
     assert not missing, f"docs/format.md does not list {missing}"
     unknown = documented - set(constants.values())
     assert not unknown, f"docs/format.md lists names naming.py does not define: {unknown}"
+
+
+def test_every_export_is_documented() -> None:
+    """docs/api.md names every exported type and function (exceptions as a tree), and each has
+    a docstring of its own."""
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    names = [n for n in embedlog.__all__ if n != "__version__"]
+    assert {"RecordBatch", "SegmentInfo", "CompactionStats", "inspect"} <= set(names)
+    undocumented = [n for n in names if not n.endswith("Error") and f"`{n}`" not in api]
+    assert not undocumented, f"docs/api.md does not mention {undocumented}"
+    no_docstring = [n for n in names if isinstance(getattr(embedlog, n), type)
+                    and not getattr(embedlog, n).__dict__.get("__doc__")]
+    assert not no_docstring, f"exported without a docstring: {no_docstring}"

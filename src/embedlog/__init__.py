@@ -10,10 +10,15 @@ Kafka's log format::
         meta = log.append("events", b"hello", key=b"user-1")
         for record in log.read("events", meta.partition):
             print(record.offset, record.key, record.value)
+
+Everything exported here is the supported surface; :mod:`embedlog.inspect` is the supported
+API for looking at segment, index and checkpoint files directly. Other modules are internal.
 """
 
+from . import inspect
+from .compaction.stats import CompactionStats
 from .config import TopicConfig
-from .consumer import Consumer
+from .consumer import Consumer, OffsetAndTimestamp
 from .errors import (
     CorruptBatchError,
     CorruptCheckpointError,
@@ -37,33 +42,40 @@ from .errors import (
     UsageError,
     WriterLockedError,
 )
-from .log import Log, open
+from .log import Durability, Log, open
+from .partition import SegmentInfo
 from .producer import Producer
-from .records import Record, RecordMetadata, TopicPartition
+from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompactionStats",
     "Consumer",
     "CorruptBatchError",
     "CorruptCheckpointError",
     "CorruptIndexError",
     "CorruptionError",
+    "Durability",
     "EmbedlogError",
     "GroupError",
+    "Header",
     "InvalidConfigError",
     "InvalidTopicError",
     "Log",
     "LogClosedError",
     "LogPoisonedError",
+    "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "Producer",
     "ProducerFencedError",
     "ReadOnlyError",
     "Record",
+    "RecordBatch",
     "RecordMetadata",
     "RecordTooLargeError",
+    "SegmentInfo",
     "StorageError",
     "TopicConfig",
     "TopicExistsError",
@@ -73,5 +85,6 @@ __all__ = [
     "UsageError",
     "WriterLockedError",
     "__version__",
+    "inspect",
     "open",
 ]

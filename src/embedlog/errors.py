@@ -8,8 +8,9 @@ Two branches, so callers can tell misuse from damage:
   the file path and byte position when they are known.
 
 :class:`StorageError` wraps an operating-system failure (EIO, ENOSPC, a failed fsync); after one
-the log refuses further writes until it is reopened, because Linux may already have dropped the
-dirty pages that a retried fsync would claim to have written.
+the log refuses further writes until it is reopened (:class:`LogPoisonedError`, also a
+:class:`StorageError`), because Linux may already have dropped the dirty pages that a retried
+fsync would claim to have written.
 """
 
 from __future__ import annotations
@@ -99,12 +100,13 @@ class OutOfOrderSequenceError(UsageError):
     retry that is not one of the producer's last batches)."""
 
 
-class LogPoisonedError(UsageError):
-    """An earlier I/O error left the log in an unknown state; close and reopen it."""
-
-
 class StorageError(EmbedlogError, OSError):
     """The operating system failed a file operation (EIO, ENOSPC, failed fsync...)."""
+
+
+class LogPoisonedError(StorageError):
+    """An earlier I/O error left the log in an unknown state; close and reopen it. The message
+    names the original error (``errno`` is unset: this call itself did no I/O)."""
 
 
 class CorruptionError(EmbedlogError):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "CREATE_TIME",
@@ -10,6 +15,7 @@ __all__ = [
     "NO_TIMESTAMP_TYPE",
     "Header",
     "Record",
+    "RecordBatch",
     "RecordMetadata",
     "TopicPartition",
 ]
@@ -54,3 +60,85 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RecordBatch:
+    """The records of one stored batch as columns (what :meth:`embedlog.Log.read_batches`
+    yields): the batch's header fields, then numpy columns over ``buffer``.
+
+    Record ``i`` has offset ``offsets[i]`` and timestamp ``timestamps[i]`` (epoch ms; with
+    ``timestamp_type`` 1, LogAppendTime, every record carries ``max_timestamp``). Its key is
+    ``buffer[key_positions[i] : key_positions[i] + key_lengths[i]]``, or ``None`` when
+    ``key_lengths[i]`` is -1; the value likewise. ``headers`` is ``None`` when no record of the
+    batch has headers, else one tuple of :data:`Header` per record. The columns are views that
+    share ``buffer`` (the batch's decompressed records section): nothing is copied until a key
+    or value is asked for, which is what makes an Arrow export cheap.
+
+    The header fields describe the whole stored batch: ``base_offset``/``last_offset`` may lie
+    outside ``offsets`` when a read started or ended inside the batch.
+    """
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    timestamp_type: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    compression: str
+    """Codec of the stored batch: ``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``."""
+    buffer: bytes
+    offsets: npt.NDArray[np.int64]
+    timestamps: npt.NDArray[np.int64]
+    key_positions: npt.NDArray[np.int64]
+    key_lengths: npt.NDArray[np.int32]
+    value_positions: npt.NDArray[np.int64]
+    value_lengths: npt.NDArray[np.int32]
+    headers: Sequence[tuple[Header, ...]] | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def key(self, i: int) -> bytes | None:
+        n, p = int(self.key_lengths[i]), int(self.key_positions[i])
+        return None if n < 0 else self.buffer[p : p + n]
+
+    def value(self, i: int) -> bytes | None:
+        n, p = int(self.value_lengths[i]), int(self.value_positions[i])
+        return None if n < 0 else self.buffer[p : p + n]
+
+    def keys(self) -> list[bytes | None]:
+        return [self.key(i) for i in range(len(self))]
+
+    def values(self) -> list[bytes | None]:
+        return [self.value(i) for i in range(len(self))]
+
+    def header(self, i: int) -> tuple[Header, ...]:
+        """Record ``i``'s headers (``()`` when it has none)."""
+        if self.headers is None:
+            if not -len(self) <= i < len(self):
+                raise IndexError(i)
+            return ()
+        return self.headers[i]
+
+    def slice(self, lo: int, hi: int) -> RecordBatch:
+        """Records ``[lo, hi)`` of this batch (views; ``buffer`` is shared)."""
+        return RecordBatch(
+            self.topic, self.partition, self.base_offset, self.last_offset,
+            self.timestamp_type, self.max_timestamp, self.producer_id, self.producer_epoch,
+            self.base_sequence, self.is_transactional, self.compression, self.buffer,
+            self.offsets[lo:hi], self.timestamps[lo:hi], self.key_positions[lo:hi],
+            self.key_lengths[lo:hi], self.value_positions[lo:hi], self.value_lengths[lo:hi],
+            None if self.headers is None else self.headers[lo:hi],
+        )
+
+    def records(self) -> Iterator[Record]:
+        """The batch's records as :class:`Record` tuples."""
+        for i, (offset, ts) in enumerate(zip(self.offsets.tolist(), self.timestamps.tolist(),
+                                             strict=True)):
+            yield Record(self.topic, self.partition, offset, ts, self.timestamp_type,
+                         self.key(i), self.value(i), self.header(i))

@@ -17,48 +17,28 @@ from typing import Any
 
 import click
 
-from ..errors import CorruptBatchError
-from ..index import OffsetIndex, TimeIndex
-from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_partition_dir
-from ..segment import format as fmt
+from ..inspect import (
+    SegmentWalk,
+    WalkedBatch,
+    check_offset_index,
+    check_time_index,
+    codec_name,
+    control_record_type,
+    offset_index_entries,
+    segment_file,
+    segment_files,
+    time_index_entries,
+)
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 from .app import EXIT_CORRUPT, CommandError
 from .jsonbytes import to_json
 from .options import json_option
 from .output import echo_json, timestamp_type_name
-from .segment_check import Batch, LogWalk, check_offset_index, check_time_index, segment_file
 
-__all__ = ["dump_log", "segment_files"]
-
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-CONTROL_TYPES = {fmt.CONTROL_ABORT: "ABORT", fmt.CONTROL_COMMIT: "COMMIT"}
+__all__ = ["dump_log"]
 
 
-def segment_files(path: str) -> list[str]:
-    """``path`` itself if it is a file; else the ``.log`` files of a partition folder, or of
-    every partition folder of a log directory, in (topic, partition, offset) order."""
-    if not os.path.isdir(path):
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", path)
-        return [path]
-    name = os.path.basename(os.path.normpath(path))
-    if parse_partition_dir(name) is not None:
-        return sorted(os.path.join(path, f) for f in os.listdir(path) if _is_log(f))
-    folders = sorted(
-        (parsed, entry.path)
-        for entry in os.scandir(path)
-        if entry.is_dir() and (parsed := parse_partition_dir(entry.name)) is not None
-    )
-    return [f for _, folder in folders for f in segment_files(folder)]
-
-
-def _is_log(name: str) -> bool:
-    try:
-        return segment_file(name)[2] == LOG_SUFFIX
-    except ValueError:
-        return False
-
-
-def _batch_doc(b: Batch) -> dict[str, Any]:
+def _batch_doc(b: WalkedBatch) -> dict[str, Any]:
     h = b.header
     seq = h.base_sequence
     return {
@@ -78,14 +58,14 @@ def _batch_doc(b: Batch) -> dict[str, Any]:
         "maxTimestamp": h.max_timestamp,
         "size": h.size,
         "magic": h.magic,
-        "compresscodec": CODEC_NAMES.get(h.attributes & fmt.COMPRESSION_MASK, "unknown"),
+        "compresscodec": codec_name(h),
         "crc": h.crc,
         "isvalid": b.error is None,
         "error": b.error,
     }
 
 
-def _record_docs(b: Batch, data: bool) -> Iterator[dict[str, Any]]:
+def _record_docs(b: WalkedBatch, data: bool) -> Iterator[dict[str, Any]]:
     recs = b.records
     if recs is None:
         return
@@ -102,11 +82,7 @@ def _record_docs(b: Batch, data: bool) -> Iterator[dict[str, Any]]:
             "headerKeys": [k for k, _ in recs.header(i)],
         }
         if b.header.is_control:
-            try:
-                _, kind = fmt.decode_control_record(key)
-                doc["endTxnMarker"] = CONTROL_TYPES.get(kind, f"type {kind}")
-            except CorruptBatchError:
-                doc["endTxnMarker"] = "invalid"
+            doc["endTxnMarker"] = control_record_type(key)
         if data:
             doc["key"] = to_json(key)
             doc["payload"] = to_json(value)
@@ -153,7 +129,7 @@ class _Dump:
             click.echo(line)
 
     def log_file(self, directory: str, base: int, path: str) -> None:
-        walk = LogWalk(directory, base, decode=self.deep)
+        walk = SegmentWalk(directory, base, decode=self.deep)
         self.out(f"Dumping {path}")
         self.out(f"Log starting offset: {base}")
         batches = []
@@ -192,7 +168,7 @@ class _Dump:
             result["indexProblems"] = self._index_problems(walk)
         self.docs.append(result)
 
-    def _index_problems(self, walk: LogWalk) -> list[str]:
+    def _index_problems(self, walk: SegmentWalk) -> list[str]:
         problems: list[str] = []
         for suffix, check in ((INDEX_SUFFIX, check_offset_index),
                               (TIMEINDEX_SUFFIX, check_time_index)):
@@ -213,21 +189,17 @@ class _Dump:
         self.out(f"Dumping {path}")
         entries: list[dict[str, int]] = []
         if suffix == INDEX_SUFFIX:
-            with OffsetIndex(path, base, writable=False) as idx:
-                rows = idx.entries()
-            for rel, pos in zip(rows["rel"].tolist(), rows["pos"].tolist(), strict=True):
-                entries.append({"offset": base + rel, "position": pos})
-                self.out(f"offset: {base + rel} position: {pos}")
+            for offset, pos in offset_index_entries(path, base):
+                entries.append({"offset": offset, "position": pos})
+                self.out(f"offset: {offset} position: {pos}")
         else:
-            with TimeIndex(path, base, writable=False) as tidx:
-                rows = tidx.entries()
-            for ts, rel in zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True):
-                entries.append({"timestamp": ts, "offset": base + rel})
-                self.out(f"timestamp: {ts} offset: {base + rel}")
+            for ts, offset in time_index_entries(path, base):
+                entries.append({"timestamp": ts, "offset": offset})
+                self.out(f"timestamp: {ts} offset: {offset}")
         result: dict[str, Any] = {"path": path, "type": suffix[1:], "baseOffset": base,
                                   "entries": entries}
         if self.verify_index:
-            walk = LogWalk(directory, base, decode=False)
+            walk = SegmentWalk(directory, base, decode=False)
             for _ in walk:
                 pass
             check = check_offset_index if suffix == INDEX_SUFFIX else check_time_index

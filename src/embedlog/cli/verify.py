@@ -19,6 +19,7 @@ touches a ``.log`` file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -26,10 +27,19 @@ from typing import Any, Literal
 
 import click
 
-from .. import _io, checkpoint
-from .._platform import WriterLock
+from ..config import TopicConfig
 from ..errors import CorruptionError, EmbedlogError
 from ..groups import GroupState
+from ..inspect import (
+    SegmentWalk,
+    check_offset_index,
+    check_time_index,
+    read_checkpoint,
+    read_segment_manifest,
+    rebuild_indexes,
+    segment_file,
+    writer_lock,
+)
 from ..log import open as open_log
 from ..naming import (
     CLEANED_SUFFIX,
@@ -46,15 +56,13 @@ from ..naming import (
     TIMEINDEX_SUFFIX,
     TMP_SUFFIX,
     parse_partition_dir,
+    partition_dir_name,
     segment_path,
 )
-from ..partition import read_manifest
 from ..records import TopicPartition
-from ..segment.segment import Segment, SegmentSettings
 from .app import EXIT_CORRUPT
 from .options import dir_option, json_option
 from .output import echo_json, human_bytes, progressbar
-from .segment_check import LogWalk, check_offset_index, check_time_index, segment_file
 
 __all__ = ["Problem", "Report", "verify", "verify_path"]
 
@@ -102,7 +110,7 @@ class Report:
 class _Partition:
     directory: str
     tp: TopicPartition | None
-    settings: SegmentSettings
+    config: TopicConfig
 
 
 def _partition_folders(root: str) -> tuple[bool, list[str]]:
@@ -117,18 +125,19 @@ def _partition_folders(root: str) -> tuple[bool, list[str]]:
     return True, folders
 
 
-def _settings(root: str, report: Report) -> dict[TopicPartition, SegmentSettings]:
-    """Each partition's segment settings from the topic metadata (Kafka's defaults when there is
+def _configs(root: str, report: Report) -> dict[TopicPartition, TopicConfig]:
+    """Each partition's topic config from the topic metadata (Kafka's defaults when there is
     none); reports unreadable metadata and topics whose partition folders are missing."""
-    out: dict[TopicPartition, SegmentSettings] = {}
+    out: dict[TopicPartition, TopicConfig] = {}
     try:
         with open_log(root, read_only=True) as log:
             for topic in log.topics():
+                config = log.topic_config(topic)
                 for p in range(log.partition_count(topic)):
-                    part = log.partition(topic, p)
-                    out[TopicPartition(topic, p)] = part.settings
-                    if not os.path.isdir(part.directory):
-                        report.add(part.directory, "error",
+                    out[TopicPartition(topic, p)] = config
+                    directory = os.path.join(root, partition_dir_name(topic, p))
+                    if not os.path.isdir(directory):
+                        report.add(directory, "error",
                                    f"partition folder of {topic}-{p} is missing")
     except EmbedlogError as exc:
         report.add(os.path.join(root, METADATA_FILE), "error", str(exc))
@@ -141,7 +150,7 @@ def _check_root(root: str, report: Report, ends: dict[TopicPartition, int]) -> N
         if not os.path.exists(path):
             continue
         try:
-            offsets = checkpoint.read_offsets(path)
+            offsets = read_checkpoint(path)
         except CorruptionError as exc:
             report.add(path, "error", str(exc))
             continue
@@ -164,7 +173,7 @@ def _check_groups(root: str, report: Report) -> None:
             continue
         state = os.path.join(entry.path, GROUP_STATE_FILE)
         offsets = os.path.join(entry.path, GROUP_OFFSETS_FILE)
-        for path, read in ((state, GroupState.read), (offsets, checkpoint.read_offsets)):
+        for path, read in ((state, GroupState.read), (offsets, read_checkpoint)):
             try:
                 read(path)
             except CorruptionError as exc:
@@ -181,7 +190,7 @@ def _leftovers(directory: str, report: Report) -> None:
 
 def _check_manifest(directory: str, bases: list[int], report: Report) -> None:
     try:
-        sealed = read_manifest(directory)
+        sealed = read_segment_manifest(directory)
     except CorruptionError as exc:
         report.add(directory, "error", str(exc))
         return
@@ -228,9 +237,9 @@ class _Checker:
         return end
 
     def segment(self, part: _Partition, base: int, *, last: bool, previous_end: int
-                ) -> LogWalk:
+                ) -> SegmentWalk:
         report = self.report
-        walk = LogWalk(part.directory, base, decode=True)
+        walk = SegmentWalk(part.directory, base, decode=True)
         listed = 0
         for batch in walk:
             report.batches += 1
@@ -268,7 +277,7 @@ class _Checker:
             self.bar.update(self.pending)
             self.pending = 0
 
-    def indexes(self, part: _Partition, walk: LogWalk) -> None:
+    def indexes(self, part: _Partition, walk: SegmentWalk) -> None:
         damaged_log = walk.error is not None or walk.bad_batches > 0
         broken = []
         stem = walk.path[: -len(LOG_SUFFIX)]
@@ -276,7 +285,7 @@ class _Checker:
                               (TIMEINDEX_SUFFIX, check_time_index)):
             path = stem + suffix
             if not os.path.exists(path):
-                if walk.valid_bytes > part.settings.index_interval_bytes:
+                if walk.valid_bytes > part.config.index_interval_bytes:
                     self.report.add(path, "warning", "index is missing (readers scan the log)",
                                     fixable=not damaged_log)
                     broken.append(self.report.problems[-1])
@@ -285,25 +294,9 @@ class _Checker:
                 self.report.add(path, "error", message, fixable=not damaged_log)
                 broken.append(self.report.problems[-1])
         if self.fix and broken and not damaged_log:
-            rebuild_indexes(part.directory, walk.base_offset, part.settings)
+            rebuild_indexes(part.directory, walk.base_offset, part.config)
             for problem in broken:
                 problem.fixed = True
-
-
-def rebuild_indexes(directory: str, base: int, settings: SegmentSettings) -> None:
-    """Rebuild a segment's ``.index`` and ``.timeindex`` from its log (caller holds the writer
-    lock). The log is validated but never truncated."""
-    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
-        path = segment_path(directory, base, suffix)
-        if os.path.exists(path):
-            _io.unlink(path)
-    seg = Segment(directory, base, settings, writable=True)
-    try:
-        seg.open_indexes_for_append()
-        seg.recover(truncate=False)
-    finally:
-        seg.close()
-    _io.fsync_dir(directory)
 
 
 def verify_path(root: str, *, fix: bool = False) -> Report:
@@ -314,17 +307,15 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
     root = os.path.abspath(root)
     report = Report(root)
     is_log_dir, folders = _partition_folders(root)
-    lock = WriterLock(root if is_log_dir else os.path.dirname(root)) if fix else None
-    if lock is not None:
-        lock.acquire()
-    try:
-        settings = _settings(root, report) if is_log_dir else {}
+    with (writer_lock(root if is_log_dir else os.path.dirname(root)) if fix
+          else contextlib.nullcontext()):
+        configs = _configs(root, report) if is_log_dir else {}
         parts = []
         for folder in folders:
             parsed = parse_partition_dir(os.path.basename(folder))
             tp = TopicPartition(*parsed) if parsed else None
-            parts.append(_Partition(folder, tp, settings.get(tp, SegmentSettings())
-                                    if tp else SegmentSettings()))
+            config = configs.get(tp) if tp else None
+            parts.append(_Partition(folder, tp, config or TopicConfig()))
         total = sum(os.path.getsize(segment_path(p.directory, b, LOG_SUFFIX))
                     for p in parts for b in _segments(p.directory))
         ends: dict[TopicPartition, int] = {}
@@ -338,9 +329,6 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
         if is_log_dir:
             _check_root(root, report, ends)
             _check_groups(root, report)
-    finally:
-        if lock is not None:
-            lock.release()
     return report
 
 

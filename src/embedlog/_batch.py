@@ -1,0 +1,20 @@
+"""The codec's decoded columns as the public :class:`~embedlog.records.RecordBatch`."""
+
+from __future__ import annotations
+
+from .records import RecordBatch
+from .segment import format as fmt
+
+__all__ = ["record_batch"]
+
+
+def record_batch(topic: str, partition: int, header: fmt.BatchHeader,
+                 records: fmt.DecodedRecords) -> RecordBatch:
+    """``records`` of the batch ``header`` of ``topic``-``partition`` (no copy of columns)."""
+    return RecordBatch(
+        topic, partition, header.base_offset, header.last_offset, header.timestamp_type,
+        header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+        header.is_transactional, header.compression.name.lower(), records.data,
+        records.offsets, records.timestamps, records.key_pos, records.key_len,
+        records.value_pos, records.value_len, records.headers,
+    )

@@ -1,0 +1,325 @@
+"""Inspection of a log directory's files: the supported API behind ``embedlog verify`` and
+``embedlog dump-log``, for tools that look at segments, indexes and checkpoints directly.
+
+Everything here reads files as they are -- an embedlog directory or a Kafka broker's, open or
+not -- and changes nothing, except :func:`rebuild_indexes`, which needs the writer lock
+(:func:`writer_lock`).
+
+* :class:`SegmentWalk` walks a ``.log`` file batch by batch like Kafka's ``DumpLogSegments``: it
+  keeps going past a batch whose CRC-32C or records are bad (reporting it), and stops at the
+  first batch whose framing is unreadable (bad length or magic, offsets out of order) or at an
+  incomplete tail. While walking it keeps what the index checks need: every batch's position,
+  last offset and the running maximum timestamp, in compact ``array('q')`` columns.
+* :func:`check_offset_index` / :func:`check_time_index` compare an index with a completed walk.
+  They accept both of Kafka's writers: an offset-index entry must point at the start of a batch
+  and name the last offset of that batch or of a later one (an append of several batches is
+  indexed by its largest offset); a time-index entry must name an offset of the segment with
+  exactly the largest timestamp of the segment up to the batch holding that offset.
+* :func:`offset_index_entries` / :func:`time_index_entries`, :func:`read_checkpoint` and
+  :func:`read_segment_manifest` return the entries of the other files.
+
+:class:`BatchHeader` is the codec's view of a v2 batch header (the fields of
+``docs/format.md``'s table, plus ``size``, ``last_offset``, ``timestamp_type``,
+``is_transactional``, ``is_control`` and ``delete_horizon_ms``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from . import _io, checkpoint
+from ._batch import record_batch
+from ._platform import WriterLock
+from .config import TopicConfig
+from .errors import CorruptBatchError, CorruptIndexError
+from .index import OffsetIndex, TimeIndex
+from .naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    parse_partition_dir,
+    parse_segment_file,
+    segment_path,
+)
+from .partition import read_manifest
+from .records import RecordBatch, TopicPartition
+from .segment import format as fmt
+from .segment.segment import Segment, SegmentSettings
+
+__all__ = [
+    "BatchHeader",
+    "SegmentWalk",
+    "WalkedBatch",
+    "check_offset_index",
+    "check_time_index",
+    "codec_name",
+    "control_record_type",
+    "offset_index_entries",
+    "read_checkpoint",
+    "read_segment_manifest",
+    "rebuild_indexes",
+    "segment_file",
+    "segment_files",
+    "time_index_entries",
+    "writer_lock",
+]
+
+BatchHeader = fmt.BatchHeader
+MAX_BATCH_BYTES = 2**31 - 1
+"""A walk accepts any batch size a v2 header can state; a reader's memory bound is the file."""
+_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_CONTROL_TYPES = {fmt.CONTROL_ABORT: "ABORT", fmt.CONTROL_COMMIT: "COMMIT"}
+
+
+def segment_file(path: str) -> tuple[str, int, str]:
+    """``(directory, base offset, suffix)`` of a ``.log``/``.index``/``.timeindex`` path;
+    ValueError for anything else."""
+    parsed = parse_segment_file(os.path.basename(path))
+    if parsed is None or parsed[2] or parsed[1] not in (LOG_SUFFIX, INDEX_SUFFIX,
+                                                           TIMEINDEX_SUFFIX):
+        raise ValueError(
+            f"{path} is not a segment file (expected <20-digit base offset>.log, .index or "
+            ".timeindex)"
+        )
+    return os.path.dirname(os.path.abspath(path)), parsed[0], parsed[1]
+
+
+def segment_files(path: str) -> list[str]:
+    """``path`` itself if it is a file; else the ``.log`` files of a partition folder, or of
+    every partition folder of a log directory, in (topic, partition, offset) order."""
+    if not os.path.isdir(path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return [path]
+    name = os.path.basename(os.path.normpath(path))
+    if parse_partition_dir(name) is not None:
+        return sorted(os.path.join(path, f) for f in os.listdir(path) if _is_log(f))
+    folders = sorted(
+        (parsed, entry.path)
+        for entry in os.scandir(path)
+        if entry.is_dir() and (parsed := parse_partition_dir(entry.name)) is not None
+    )
+    return [f for _, folder in folders for f in segment_files(folder)]
+
+
+def _is_log(name: str) -> bool:
+    try:
+        return segment_file(name)[2] == LOG_SUFFIX
+    except ValueError:
+        return False
+
+
+def codec_name(header: BatchHeader) -> str:
+    """``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd`` or ``unknown``."""
+    return _CODECS.get(header.attributes & fmt.COMPRESSION_MASK, "unknown")
+
+
+def control_record_type(key: bytes | None) -> str:
+    """``ABORT``, ``COMMIT``, ``type <n>`` (KRaft and unknown markers) or ``invalid`` for the
+    key of a record in a control batch."""
+    try:
+        _, kind = fmt.decode_control_record(key)
+    except CorruptBatchError:
+        return "invalid"
+    return _CONTROL_TYPES.get(kind, f"type {kind}")
+
+
+@dataclass(frozen=True, slots=True)
+class WalkedBatch:
+    """One batch as found in the file. ``error`` names a CRC or record-level problem;
+    ``records`` is set when the walk decodes and the batch decoded."""
+
+    position: int
+    header: BatchHeader
+    crc_valid: bool
+    records: RecordBatch | None
+    error: str | None
+
+
+class SegmentWalk:
+    """Iterate the batches of ``<directory>/<base>.log``; afterwards ``valid_bytes``,
+    ``trailing_bytes`` (an incomplete tail) and ``error`` (unreadable framing) describe how
+    the walk ended, and ``bad_batches`` counts batches with a CRC or record problem. With
+    ``decode``, each batch's records are decoded (as :class:`~embedlog.RecordBatch`, topic and
+    partition from the folder name, or ``""`` and -1)."""
+
+    def __init__(self, directory: str, base_offset: int, *, decode: bool) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.decode = decode
+        self.path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self.size = 0
+        self.valid_bytes = 0
+        self.trailing_bytes = 0
+        self.error: CorruptBatchError | None = None
+        self.bad_batches = 0
+        self.records = 0
+        self.first_offset: int | None = None
+        self.positions = array("q")
+        self.last_offsets = array("q")
+        self.running_max_ts = array("q")
+        parsed = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
+        self._tp = TopicPartition(*parsed) if parsed else TopicPartition("", -1)
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offsets[-1] + 1 if self.last_offsets else self.base_offset
+
+    def __iter__(self) -> Iterator[WalkedBatch]:
+        seg = Segment(self.directory, self.base_offset,
+                      SegmentSettings(max_batch_bytes=MAX_BATCH_BYTES), writable=False)
+        try:
+            self.size = seg.size
+            position = 0
+            max_ts = -1
+            try:
+                for buf, p, header in seg.batches(0, verify=False, partial_tail=True):
+                    batch = self._check(buf, p, header, position)
+                    if self.first_offset is None:
+                        self.first_offset = header.base_offset
+                    max_ts = max(max_ts, header.max_timestamp)
+                    self.positions.append(position)
+                    self.last_offsets.append(header.last_offset)
+                    self.running_max_ts.append(max_ts)
+                    position += header.size
+                    self.valid_bytes = position
+                    yield batch
+            except CorruptBatchError as exc:
+                self.error = exc
+            if self.error is None:
+                self.trailing_bytes = self.size - self.valid_bytes
+        finally:
+            seg.close()
+
+    def _check(self, buf: bytes, p: int, header: BatchHeader, position: int) -> WalkedBatch:
+        error = None
+        crc_valid = True
+        try:
+            fmt.verify_crc(buf, p, header)
+        except CorruptBatchError as exc:
+            crc_valid, error = False, exc.reason
+        records = None
+        if self.decode and header.records_count and crc_valid:
+            try:
+                decoded = fmt.decode_records(buf, p, header)
+                records = record_batch(self._tp.topic, self._tp.partition, header, decoded)
+            except CorruptBatchError as exc:
+                error = exc.reason
+        if error:
+            self.bad_batches += 1
+        self.records += header.records_count
+        return WalkedBatch(position, header, crc_valid, records, error)
+
+    def batch_index(self, offset: int) -> int | None:
+        """Index (into the columns) of the batch holding ``offset``, if any."""
+        i = bisect.bisect_left(self.last_offsets, offset)
+        return i if i < len(self.last_offsets) else None
+
+
+def offset_index_entries(path: str, base_offset: int) -> list[tuple[int, int]]:
+    """``(offset, position)`` of each entry of the ``.index`` at ``path``."""
+    with OffsetIndex(path, base_offset, writable=False) as index:
+        rows = index.entries()
+    return [(base_offset + rel, pos)
+            for rel, pos in zip(rows["rel"].tolist(), rows["pos"].tolist(), strict=True)]
+
+
+def time_index_entries(path: str, base_offset: int) -> list[tuple[int, int]]:
+    """``(timestamp, offset)`` of each entry of the ``.timeindex`` at ``path``."""
+    with TimeIndex(path, base_offset, writable=False) as index:
+        rows = index.entries()
+    return [(ts, base_offset + rel)
+            for ts, rel in zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True)]
+
+
+def check_offset_index(path: str, walk: SegmentWalk) -> list[str]:
+    """Problems of the ``.index`` at ``path`` against a completed walk of its log."""
+    with OffsetIndex(path, walk.base_offset, writable=False) as index:
+        try:
+            index.sanity_check(walk.size)
+        except CorruptIndexError as exc:
+            return [str(exc)]
+    problems = []
+    positions = walk.positions
+    for i, (offset, pos) in enumerate(offset_index_entries(path, walk.base_offset)):
+        k = bisect.bisect_left(positions, pos)
+        if k == len(positions) or positions[k] != pos:
+            problems.append(f"entry {i} (offset {offset}) points to byte {pos}, "
+                            "which is not the start of a batch")
+            continue
+        j = bisect.bisect_left(walk.last_offsets, offset)
+        if j < k or j == len(walk.last_offsets) or walk.last_offsets[j] != offset:
+            problems.append(f"entry {i} maps offset {offset} to byte {pos}, but the "
+                            f"batch there ends at offset {walk.last_offsets[k]}")
+    return problems
+
+
+def check_time_index(path: str, walk: SegmentWalk) -> list[str]:
+    """Problems of the ``.timeindex`` at ``path`` against a completed walk of its log."""
+    with TimeIndex(path, walk.base_offset, writable=False) as index:
+        try:
+            index.sanity_check(walk.size)
+        except CorruptIndexError as exc:
+            return [str(exc)]
+    problems = []
+    for i, (ts, offset) in enumerate(time_index_entries(path, walk.base_offset)):
+        k = walk.batch_index(offset)
+        if k is None:
+            problems.append(f"entry {i} names offset {offset}, past the end of the "
+                            f"log ({walk.next_offset})")
+        elif walk.running_max_ts[k] != ts:
+            problems.append(f"entry {i} says timestamp {ts} at offset {offset}, but the "
+                            f"largest timestamp up to that batch is {walk.running_max_ts[k]}")
+    return problems
+
+
+def read_checkpoint(path: str) -> dict[TopicPartition, int]:
+    """Entries of a Kafka checkpoint file (a missing file has none); see
+    :mod:`embedlog.checkpoint`."""
+    return checkpoint.read_offsets(path)
+
+
+def read_segment_manifest(directory: str) -> dict[int, int]:
+    """``{base offset: size}`` of the sealed segments listed in a partition folder's
+    ``embedlog.segments`` (empty when there is none)."""
+    return read_manifest(directory)
+
+
+@contextlib.contextmanager
+def writer_lock(log_dir: str) -> Iterator[None]:
+    """Hold the writer lock of ``log_dir`` inside the ``with`` block;
+    :class:`~embedlog.errors.WriterLockedError` if a writer has the log open."""
+    lock = WriterLock(log_dir)
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def rebuild_indexes(directory: str, base_offset: int, config: TopicConfig | None = None) -> None:
+    """Rebuild the ``.index`` and ``.timeindex`` of one segment from its log, with the index
+    settings of ``config`` (Kafka's defaults when ``None``). The caller holds the writer lock
+    (:func:`writer_lock`); the log is validated but never truncated."""
+    config = config or TopicConfig()
+    settings = SegmentSettings(
+        index_interval_bytes=config.index_interval_bytes,
+        segment_index_bytes=config.segment_index_bytes,
+        max_batch_bytes=max(config.max_message_bytes, 64 * 1024 * 1024),
+    )
+    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+        path = segment_path(directory, base_offset, suffix)
+        if os.path.exists(path):
+            _io.unlink(path)
+    seg = Segment(directory, base_offset, settings, writable=True)
+    try:
+        seg.open_indexes_for_append()
+        seg.recover(truncate=False)
+    finally:
+        seg.close()
+    _io.fsync_dir(directory)
