@@ -237,14 +237,21 @@ def time_index_entries(path: str, base_offset: int) -> list[tuple[int, int]]:
             for ts, rel in zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True)]
 
 
-def check_offset_index(path: str, walk: SegmentWalk) -> list[str]:
-    """Problems of the ``.index`` at ``path`` against a completed walk of its log."""
-    with OffsetIndex(path, walk.base_offset, writable=False) as index:
+def _sanity_problems(index: OffsetIndex | TimeIndex, walk: SegmentWalk) -> list[str]:
+    """The index's own consistency problem (closing it), if any, as a one-item list."""
+    with index:
         try:
             index.sanity_check(walk.size)
         except CorruptIndexError as exc:
             return [str(exc)]
-    problems = []
+    return []
+
+
+def check_offset_index(path: str, walk: SegmentWalk) -> list[str]:
+    """Problems of the ``.index`` at ``path`` against a completed walk of its log."""
+    problems = _sanity_problems(OffsetIndex(path, walk.base_offset, writable=False), walk)
+    if problems:
+        return problems
     positions = walk.positions
     for i, (offset, pos) in enumerate(offset_index_entries(path, walk.base_offset)):
         k = bisect.bisect_left(positions, pos)
@@ -261,12 +268,9 @@ def check_offset_index(path: str, walk: SegmentWalk) -> list[str]:
 
 def check_time_index(path: str, walk: SegmentWalk) -> list[str]:
     """Problems of the ``.timeindex`` at ``path`` against a completed walk of its log."""
-    with TimeIndex(path, walk.base_offset, writable=False) as index:
-        try:
-            index.sanity_check(walk.size)
-        except CorruptIndexError as exc:
-            return [str(exc)]
-    problems = []
+    problems = _sanity_problems(TimeIndex(path, walk.base_offset, writable=False), walk)
+    if problems:
+        return problems
     for i, (ts, offset) in enumerate(time_index_entries(path, walk.base_offset)):
         k = walk.batch_index(offset)
         if k is None:
