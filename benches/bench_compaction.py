@@ -87,7 +87,7 @@ def compact_child(path: str, map_bytes: int) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         peak = _rss_kib("VmHWM")
         batches = sum(1 for _ in log.read_batches("t", 0))
-        kept = sum(len(r) for _, r in log.read_batches("t", 0))
+        kept = sum(len(r) for r in log.read_batches("t", 0))
         out = {
             "wall_s": wall,
             "cpu_s": cpu,
@@ -114,7 +114,7 @@ def scan(path: str, repeat: int = 5) -> tuple[float, float, int]:
             n = sum(1 for _ in log.read("t", 0))
             records_s = min(records_s, time.perf_counter() - t)
             t = time.perf_counter()
-            m = sum(len(r) for _, r in log.read_batches("t", 0))
+            m = sum(len(r) for r in log.read_batches("t", 0))
             columns_s = min(columns_s, time.perf_counter() - t)
     assert n == m
     return records_s, columns_s, n

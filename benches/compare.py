@@ -169,7 +169,7 @@ class Bench:
         with embedlog.open(os.path.join(self.workdir, "el-batch"), read_only=True) as log:
             t0 = time.perf_counter()
             count = 0
-            for _, records in log.read_batches("t", 0):
+            for records in log.read_batches("t", 0):
                 count += len(records.values())
             return count / (time.perf_counter() - t0)
 

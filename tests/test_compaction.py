@@ -286,7 +286,7 @@ def test_batches_keep_offsets_producer_fields_and_codec(clog: Log) -> None:
             [b"a%d" % i, b"b%d" % i, b"c%d" % i] * 4, keys=[b"a", b"b", b"c"] * 4,
             timestamps=[T0 + j for j in range(12)], compression=Compression[codec.upper()],
             producer_id=40 + i, producer_epoch=2, base_sequence=100, leader_epoch=7))
-        base = clog.append_encoded("t", 0, raw).next_offset
+        base = clog._append_encoded("t", 0, raw).next_offset
     clog.append("t", b"tail", key=b"z")
     clog.roll("t", 0)
     clog.append("t", b"active", key=b"y")
@@ -318,8 +318,9 @@ def test_rebuilt_batch_keeps_log_append_time(log_dir: pathlib.Path, clock: Clock
         log.append("t", b"x", key=b"x")
         clock.now += 10
         log.compact("t")
-        (h, recs), _ = list(log.read_batches("t", 0))
-        assert h.timestamp_type == 1 and h.max_timestamp == T0 and h.last_offset_delta == 2
+        recs, _ = list(log.read_batches("t", 0))
+        assert recs.timestamp_type == 1 and recs.max_timestamp == T0
+        assert recs.last_offset - recs.base_offset == 2
         assert recs.offsets.tolist() == [1, 2] and recs.timestamps.tolist() == [T0, T0]
 
 
@@ -429,7 +430,7 @@ def test_dirty_ratio_and_max_compaction_lag(clog: Log, clock: Clock) -> None:
     clog.compact("t")
     fill(clog, 20, 10, seed=3, batch=20, start_ts=T0 - DAY)
     clog.roll("t", 0)
-    p = clog.partition("t", 0)
+    p = clog._partition_of("t", 0)
     compactor = clog._compaction()
     plan = compactor.plan(p, clock.now)
     assert plan is not None and 0 < plan.ratio < 0.5 and not plan.due(p.config)
@@ -450,14 +451,14 @@ def test_transactions_aborted_records_go_markers_stay_while_needed(clog: Log, cl
                                          producer_epoch=0, base_sequence=sequence[pid],
                                          is_transactional=True))
         sequence[pid] += 1
-        clog.append_encoded("t", 0, raw)
+        clog._append_encoded("t", 0, raw)
 
     def marker(pid: int, kind: int) -> None:
         k, v = fmt.control_record(kind)
         raw = bytearray(fmt.encode_batch([v], keys=[k], timestamps=T0, producer_id=pid,
                                          producer_epoch=0, is_transactional=True,
                                          is_control=True))
-        clog.append_encoded("t", 0, raw)
+        clog._append_encoded("t", 0, raw)
 
     def headers() -> dict[int, fmt.BatchHeader]:
         return {h.base_offset: h for h in batch_headers(pathlib.Path(clog.path) / "t-0")}
@@ -484,10 +485,10 @@ def test_transactions_aborted_records_go_markers_stay_while_needed(clog: Log, cl
     heads = headers()
     assert 1 not in heads and heads[3].records_count == 0 and heads[3].producer_id == 7
     assert heads[2].is_control and heads[2].delete_horizon_ms is None
-    assert clog._compaction().first_dirty(clog.partition("t", 0)) == 6
+    assert clog._compaction().first_dirty(clog._partition_of("t", 0)) == 6
     # the open transaction holds the cleaner back (last stable offset)
     next_pass(T0)
-    assert clog._compaction().first_dirty(clog.partition("t", 0)) == 6
+    assert clog._compaction().first_dirty(clog._partition_of("t", 0)) == 6
     marker(9, fmt.CONTROL_COMMIT)
     next_pass(T0 + DAY)
     # the ABORT marker's data is gone: it gets a delete horizon, then goes after it
@@ -566,7 +567,7 @@ def test_iterator_opened_before_a_swap_finishes_without_duplicates(clog: Log) ->
     clog.compact("t")
     rest = [(r.offset, r.key, r.value) for r in it]
     assert [(r.offset, r.key, r.value) for r in head] + rest == before
-    offsets = first_cols[1].offsets.tolist() + [o for _, b in cols for o in b.offsets.tolist()]
+    offsets = first_cols.offsets.tolist() + [o for b in cols for o in b.offsets.tolist()]
     assert offsets == [o for o, _, _ in before if o >= 500]
 
 

@@ -274,12 +274,12 @@ def test_consumer_follows_new_segments_and_survives_retention(log: embedlog.Log)
 
 
 def append_batch(log: embedlog.Log, values_: list[bytes], **kwargs: object) -> None:
-    log.append_encoded("t", 0, bytearray(fmt.encode_batch(values_, timestamps=0, **kwargs)))
+    log._append_encoded("t", 0, bytearray(fmt.encode_batch(values_, timestamps=0, **kwargs)))
 
 
 def marker(log: embedlog.Log, pid: int, kind: int) -> None:
     key, value = fmt.control_record(kind)
-    log.append_encoded("t", 0, bytearray(fmt.encode_batch(
+    log._append_encoded("t", 0, bytearray(fmt.encode_batch(
         [value], keys=[key], timestamps=0, producer_id=pid, producer_epoch=0,
         is_transactional=True, is_control=True)))
 

@@ -325,7 +325,7 @@ class CountingFsync(_io.FileSystem):
 def test_fsync_durability_syncs_before_returning(log: embedlog.Log) -> None:
     log.create_topic("t")
     producer = log.producer(durability="fsync")
-    p = log.partition("t", 0)
+    p = log._partition_of("t", 0)
     with _io.use_backend(CountingFsync()) as fs:
         for i in range(5):
             before = fs.fsyncs
@@ -399,15 +399,15 @@ def test_retried_batches_are_not_written_twice(log_dir: pathlib.Path) -> None:
         assert len(batches) == 8
         end = log.end_offset("t", 0)
         last = fmt.parse_header(batches[-1])
-        again = log.append_encoded("t", 0, bytearray(batches[-1]))
+        again = log._append_encoded("t", 0, bytearray(batches[-1]))
         assert again.base_offset == last.base_offset and log.end_offset("t", 0) == end
     with embedlog.open(log_dir) as log:  # the state is rebuilt from the batch headers
         for batch in batches[-5:]:
-            assert log.append_encoded("t", 0, bytearray(batch)).base_offset == (
+            assert log._append_encoded("t", 0, bytearray(batch)).base_offset == (
                 fmt.parse_header(batch).base_offset
             )
         with pytest.raises(OutOfOrderSequenceError):  # older than the last 5 batches
-            log.append_encoded("t", 0, bytearray(batches[0]))
+            log._append_encoded("t", 0, bytearray(batches[0]))
         assert log.end_offset("t", 0) == end
         assert [r.value for r in log.read("t", 0)] == [b"%d" % i for i in range(24)]
 
@@ -419,16 +419,16 @@ def _idempotent_batch(pid: int, epoch: int, seq: int, n: int) -> bytearray:
 
 def test_sequence_gaps_and_old_epochs_are_refused(log: embedlog.Log) -> None:
     log.create_topic("t")
-    log.append_encoded("t", 0, _idempotent_batch(77, 1, 10, 2))  # unknown producer: accepted
+    log._append_encoded("t", 0, _idempotent_batch(77, 1, 10, 2))  # unknown producer: accepted
     with pytest.raises(OutOfOrderSequenceError):
-        log.append_encoded("t", 0, _idempotent_batch(77, 1, 13, 1))  # gap
+        log._append_encoded("t", 0, _idempotent_batch(77, 1, 13, 1))  # gap
     with pytest.raises(ProducerFencedError):
-        log.append_encoded("t", 0, _idempotent_batch(77, 0, 12, 1))
+        log._append_encoded("t", 0, _idempotent_batch(77, 0, 12, 1))
     with pytest.raises(OutOfOrderSequenceError):
-        log.append_encoded("t", 0, _idempotent_batch(77, 2, 5, 1))  # new epoch starts at 0
-    log.append_encoded("t", 0, _idempotent_batch(77, 2, 0, 1))
+        log._append_encoded("t", 0, _idempotent_batch(77, 2, 5, 1))  # new epoch starts at 0
+    log._append_encoded("t", 0, _idempotent_batch(77, 2, 0, 1))
     with pytest.raises(ProducerFencedError):
-        log.append_encoded("t", 0, _idempotent_batch(77, 1, 12, 1))
+        log._append_encoded("t", 0, _idempotent_batch(77, 1, 12, 1))
     assert log.end_offset("t", 0) == 3
 
 
@@ -462,12 +462,12 @@ def test_idempotent_retries_never_duplicate(tmp_path: pathlib.Path,
             same_producer_recent = header.producer_id == pid
             end = log.end_offset("t", 0)
             if same_producer_recent:
-                assert log.append_encoded("t", 0, bytearray(target)).base_offset == (
+                assert log._append_encoded("t", 0, bytearray(target)).base_offset == (
                     header.base_offset
                 )
             else:
                 try:
-                    got = log.append_encoded("t", 0, bytearray(target))
+                    got = log._append_encoded("t", 0, bytearray(target))
                 except OutOfOrderSequenceError:
                     pass
                 else:

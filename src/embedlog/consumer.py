@@ -317,7 +317,7 @@ class Consumer:
         self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
         for tp in tps:
-            self.log.partition(tp.topic, tp.partition)  # validates
+            self.log._partition_of(tp.topic, tp.partition)  # validates
         self.unsubscribe()
         self._add(tps)
 
@@ -340,7 +340,7 @@ class Consumer:
         self._abandon_iteration()
         for tp in tps:
             if tp not in self._fetches:
-                self._fetches[tp] = _Fetch(tp, self.log.partition(tp.topic, tp.partition))
+                self._fetches[tp] = _Fetch(tp, self.log._partition_of(tp.topic, tp.partition))
 
     def _revoke(self, tps: list[TopicPartition], *, lost: bool = False) -> None:
         """Commit (if auto and still a member), tell the application, then let go of ``tps``."""

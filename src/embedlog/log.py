@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from . import _io, checkpoint
+from ._batch import record_batch
 from ._platform import WriterLock
 from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
@@ -42,7 +43,7 @@ from .errors import (
 from .naming import parse_partition_dir, partition_dir_name, validate_topic
 from .partition import Partition, SegmentInfo, now_ms
 from .partitioner import partition_for_key, partitions_for_keys
-from .records import Header, Record, RecordMetadata, TopicPartition
+from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
 from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
 
@@ -405,10 +406,6 @@ class Log:
             )
         return parts[partition]
 
-    def partition(self, topic: str, partition: int) -> Partition:
-        """The :class:`~embedlog.partition.Partition` object (advanced use: tools, compaction)."""
-        return self._partition_of(topic, partition)
-
     # ------------------------------------------------------------------ appending
 
     def append(
@@ -543,7 +540,7 @@ class Log:
         )
         return p.append_encoded(batch)
 
-    def append_encoded(self, topic: str, partition: int, batch: bytearray) -> fmt.BatchHeader:
+    def _append_encoded(self, topic: str, partition: int, batch: bytearray) -> fmt.BatchHeader:
         """Append a batch encoded by the caller (producers, the Spark writer). Its base offset
         is assigned here; its CRC is not recomputed (the base offset is outside the CRC)."""
         self._check_writer()
@@ -597,11 +594,12 @@ class Log:
     def read_batches(
         self, topic: str, partition: int, start_offset: int | None = None,
         end_offset: int | None = None,
-    ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
-        """Columnar read: ``(header, records)`` per data batch, records restricted to
-        ``[start_offset, end_offset)``."""
+    ) -> Iterator[RecordBatch]:
+        """Columnar read: one :class:`~embedlog.RecordBatch` per data batch, its records
+        restricted to ``[start_offset, end_offset)``."""
         p = self._partition_of(topic, partition)
-        return p.batches(p.start_offset if start_offset is None else start_offset, end_offset)
+        found = p.batches(p.start_offset if start_offset is None else start_offset, end_offset)
+        return (record_batch(topic, partition, header, records) for header, records in found)
 
     def start_offset(self, topic: str, partition: int) -> int:
         p = self._partition_of(topic, partition)

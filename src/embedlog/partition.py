@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
 
-from . import _io
+from . import _io, checkpoint
 from .config import TopicConfig
 from .errors import (
     CorruptBatchError,
@@ -42,6 +42,7 @@ from .naming import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_MANIFEST,
     SWAP_SUFFIX,
     parse_segment_file,
     segment_path,
@@ -55,7 +56,7 @@ __all__ = ["Partition", "SegmentInfo"]
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "embedlog.segments"
+MANIFEST = SEGMENT_MANIFEST
 
 # tuple.__new__ bound to Record: builds a Record from an 8-tuple in C, skipping the Python-level
 # NamedTuple constructor (the difference is ~2x on a full scan).
@@ -749,26 +750,9 @@ def _manifest_stamp(directory: str) -> tuple[int, int, int] | None:
 
 def read_manifest(directory: str) -> dict[int, int]:
     """``{base offset: size}`` of sealed segments, from ``embedlog.segments``."""
-    path = os.path.join(directory, MANIFEST)
-    try:
-        with open(path, encoding="ascii") as f:
-            text = f.read(16 * 1024 * 1024)
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CorruptionError(f"unreadable segment manifest: {exc}", path=path) from exc
-    out: dict[int, int] = {}
-    lines = text.splitlines()
-    if not lines or lines[0] != "embedlog-segments 1":
-        raise CorruptionError("segment manifest has no valid header", path=path)
-    for line in lines[1:]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
-            raise CorruptionError(f"segment manifest line {line!r} is malformed", path=path)
-        out[int(parts[0])] = int(parts[1])
-    return out
+    rows = checkpoint.SEGMENT_MANIFEST.read(os.path.join(directory, MANIFEST))
+    return {int(base): int(size) for base, size in rows or ()}
 
 
 def write_manifest(directory: str, sealed: dict[int, int]) -> None:
-    body = "".join(f"{base} {size}\n" for base, size in sorted(sealed.items()))
-    _io.write_atomic(os.path.join(directory, MANIFEST), ("embedlog-segments 1\n" + body).encode())
+    checkpoint.SEGMENT_MANIFEST.write(os.path.join(directory, MANIFEST), sorted(sealed.items()))

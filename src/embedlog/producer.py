@@ -61,7 +61,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _io
+from . import checkpoint
 from .errors import (
     CorruptCheckpointError,
     EmbedlogError,
@@ -72,6 +72,7 @@ from .errors import (
     UnknownTopicError,
     UsageError,
 )
+from .naming import PRODUCER_IDS_FILE
 from .partition import Partition
 from .partitioner import partition_for_key
 from .producer_state import next_sequence
@@ -86,7 +87,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "PRODUCER_IDS", "Producer"]
 
 DEFAULT_BATCH_SIZE: Final = 256 * 1024
 """Bytes per batch (Kafka's default is 16 KiB; larger batches make a Python send loop faster)."""
-PRODUCER_IDS: Final = "embedlog.producer-ids"
+PRODUCER_IDS: Final = PRODUCER_IDS_FILE
 """File in the log directory: ``embedlog-producer-ids 1`` then the next free producer id."""
 _RECORD_OVERHEAD: Final = 32
 """Upper bound of a record's framing (length, attributes, deltas, key/value lengths, headers
@@ -392,7 +393,7 @@ class Producer:
                 f"topic {topic!r} has partitions 0..{t.count - 1}, not {partition!r}"
             )
         slot = self._slots[(topic, partition)] = _Slot(
-            self, topic, self.log.partition(topic, partition)
+            self, topic, self.log._partition_of(topic, partition)
         )
         return slot
 
@@ -408,7 +409,7 @@ class Producer:
                         p.drain_pending()  # another producer's batch goes first
                     if not p.segments:  # the log was closed or the topic deleted
                         self._forget(slot.topic)
-                        self.log.partition(slot.topic, slot.index)
+                        self.log._partition_of(slot.topic, slot.index)
                         raise UsageError(
                             f"topic {slot.topic!r} was deleted and created again; send again"
                         )
@@ -640,23 +641,19 @@ def _allocate_producer_id(log: Log) -> int:
     (a new log, or a Kafka directory) ids start above the largest one found in the log."""
     path = os.path.join(log.path, PRODUCER_IDS)
     with _pid_lock:
-        try:
-            with open(path, encoding="ascii") as f:
-                text = f.read(4096)
-        except FileNotFoundError:
-            text = None
-        if text is None:
+        rows = checkpoint.PRODUCER_IDS.read(path)
+        if rows is None:
             found = -1
             for topic in log.topics():
                 for i in range(log.partition_count(topic)):
-                    p = log.partition(topic, i)
+                    p = log._partition_of(topic, i)
                     with p.lock:
                         found = max(found, p.producer_states().max_producer_id)
             next_id = found + 1
+        elif len(rows) != 1:
+            raise CorruptCheckpointError("malformed producer id counter: one id expected",
+                                         path=path)
         else:
-            lines = text.split("\n")
-            if len(lines) < 2 or lines[0] != "embedlog-producer-ids 1" or not lines[1].isdigit():
-                raise CorruptCheckpointError("malformed producer id counter", path=path)
-            next_id = int(lines[1])
-        _io.write_atomic(path, f"embedlog-producer-ids 1\n{next_id + 1}\n".encode())
+            next_id = int(rows[0][0])
+        checkpoint.PRODUCER_IDS.write(path, [(next_id + 1,)])
     return next_id

@@ -112,10 +112,12 @@ class RecordBatch:
         return None if n < 0 else self.buffer[p : p + n]
 
     def keys(self) -> list[bytes | None]:
-        return [self.key(i) for i in range(len(self))]
+        """Every record's key (``None`` when null)."""
+        return _slices(self.buffer, self.key_positions, self.key_lengths)
 
     def values(self) -> list[bytes | None]:
-        return [self.value(i) for i in range(len(self))]
+        """Every record's value (``None`` when null)."""
+        return _slices(self.buffer, self.value_positions, self.value_lengths)
 
     def header(self, i: int) -> tuple[Header, ...]:
         """Record ``i``'s headers (``()`` when it has none)."""
@@ -142,3 +144,20 @@ class RecordBatch:
                                              strict=True)):
             yield Record(self.topic, self.partition, offset, ts, self.timestamp_type,
                          self.key(i), self.value(i), self.header(i))
+
+
+def _slices(buffer: bytes, positions: npt.NDArray[np.int64], lengths: npt.NDArray[np.int32]
+            ) -> list[bytes | None]:
+    """``buffer[p : p + n]`` for each position and length, ``None`` where the length is -1;
+    the bounds are computed as whole columns, the slicing is one comprehension."""
+    if len(lengths) == 0:
+        return []
+    if int(lengths.min()) >= 0:
+        ends = (positions + lengths).tolist()
+        return [buffer[a:b] for a, b in zip(positions.tolist(), ends, strict=True)]
+    if int(lengths.max()) < 0:
+        return [None] * len(lengths)
+    ends = (positions + np.maximum(lengths, 0)).tolist()
+    nulls = (lengths < 0).tolist()
+    return [None if z else buffer[a:b]
+            for a, b, z in zip(positions.tolist(), ends, nulls, strict=True)]

@@ -41,7 +41,7 @@ READER = textwrap.dedent(
             done = os.path.exists(stop)  # one last pass after the writer stopped
             for p in range(2):
                 try:
-                    for header, recs in log.read_batches("c", p, position[p]):
+                    for recs in log.read_batches("c", p, position[p]):
                         keys, values = recs.keys(), recs.values()
                         offsets = recs.offsets.tolist()
                         for o, k, v in zip(offsets, keys, values):

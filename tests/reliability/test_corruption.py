@@ -84,7 +84,7 @@ def build_corpus() -> Corpus:
                     segs = log.segments(t, p)
                     for seg in segs:
                         rel = os.path.relpath(seg.path, root)
-                        s = log.partition(t, p).segments[[x.base_offset for x in segs].index(
+                        s = log._partition_of(t, p).segments[[x.base_offset for x in segs].index(
                             seg.base_offset)]
                         boundaries[rel] = [pos for _, pos, _ in _positions(s)]
                     active.add(os.path.relpath(segs[-1].path, root))

@@ -1,4 +1,4 @@
-"""DecodedRecords -> Arrow conversion, checked against the decoder's own row accessors
+"""RecordBatch -> Arrow conversion, checked against the batch's own row accessors
 (no Spark session needed)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
+from embedlog._batch import record_batch
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
 from embedlog.spark.arrow import ArrowBatcher
@@ -30,7 +31,7 @@ def _decoded(n: int, *, base: int = 0, compression: int = Compression.NONE,
                              timestamp_type=timestamp_type,
                              max_timestamp=stamps[-1] + 1 if timestamp_type else None)
     header = fmt.parse_header(batch, 0)
-    return header, fmt.decode_records(batch, 0, header)
+    return header, record_batch("t", 0, header, fmt.decode_records(batch, 0, header))
 
 
 def _expected(header, records, topic: str, partition: int):  # type: ignore[no-untyped-def]

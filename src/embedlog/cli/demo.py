@@ -80,7 +80,7 @@ def _topic_size(log: Log, topic: str) -> tuple[int, int]:
 
 def _count_records(log: Log, topic: str) -> int:
     return sum(len(records) for p in range(log.partition_count(topic))
-               for _, records in log.read_batches(topic, p))
+               for records in log.read_batches(topic, p))
 
 
 @dataclass

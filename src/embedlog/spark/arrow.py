@@ -1,6 +1,6 @@
 """Decoded record batches -> ``pyarrow.RecordBatch`` columns, without a Python loop per row.
 
-:class:`ArrowBatcher` collects the ``DecodedRecords`` of successive Kafka batches of one
+:class:`ArrowBatcher` collects the ``RecordBatch`` columns of successive Kafka batches of one
 partition and emits Arrow batches of about ``batch_rows`` rows (spark.md: 16-64k rows is the
 fast range; 256k is twice as slow). Columns are built from the decoder's numpy arrays:
 ``offset`` and ``timestamp`` are views, ``key``/``value`` one copy each (see :func:`_binary`),
@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from ..records import RecordBatch
 
 __all__ = ["MAX_BATCH_BYTES", "ArrowBatcher", "records_to_batch"]
 
@@ -46,14 +48,15 @@ class ArrowBatcher:
         self.schema = schema
         self.batch_rows = batch_rows
         self.max_bytes = max_bytes
-        self._pending: list[tuple[int, Any]] = []
+        self._pending: list[tuple[int, RecordBatch]] = []
         self._rows = 0
         self._bytes = 0
 
-    def add(self, timestamp_type: int, records: Any) -> Iterator[pa.RecordBatch]:
+    def add(self, timestamp_type: int, records: RecordBatch) -> Iterator[pa.RecordBatch]:
         """Queue one Kafka batch's records; yield every full Arrow batch now available."""
         n = len(records)
-        sizes = np.cumsum(np.maximum(records.key_len, 0) + np.maximum(records.value_len, 0),
+        sizes = np.cumsum(np.maximum(records.key_lengths, 0)
+                          + np.maximum(records.value_lengths, 0),
                           dtype=np.int64)
         start = 0
         while start < n:
@@ -88,7 +91,7 @@ class ArrowBatcher:
 
 
 def records_to_batch(
-    chunks: Sequence[tuple[int, Any]],
+    chunks: Sequence[tuple[int, RecordBatch]],
     topic: str,
     partition: int,
     columns: Sequence[str],
@@ -103,7 +106,7 @@ def records_to_batch(
 
 def _column(
     name: str,
-    chunks: Sequence[tuple[int, Any]],
+    chunks: Sequence[tuple[int, RecordBatch]],
     topic: str,
     partition: int,
     n: int,
@@ -138,7 +141,7 @@ def _concat_arrays(parts: list[pa.Array], arrow_type: pa.DataType) -> pa.Array:
     return pa.concat_arrays(parts) if parts else pa.array([], type=arrow_type)
 
 
-def _binary(records: Any, which: str) -> pa.Array:
+def _binary(records: RecordBatch, which: str) -> pa.Array:
     """The key or value column of one decoded batch as an Arrow ``binary`` array.
 
     Item ``i`` lies at ``data[pos[i] : pos[i] + len[i]]`` and items are in increasing position
@@ -147,9 +150,9 @@ def _binary(records: Any, which: str) -> pa.Array:
     (about 10x faster than a numpy fancy-index gather).
     """
     if which == "key":
-        pos, lens = records.key_pos, records.key_len
+        pos, lens = records.key_positions, records.key_lengths
     else:
-        pos, lens = records.value_pos, records.value_len
+        pos, lens = records.value_positions, records.value_lengths
     n = len(lens)
     if n == 0:
         return pa.array([], type=pa.binary())
@@ -172,13 +175,13 @@ def _binary(records: Any, which: str) -> pa.Array:
         wide_valid[0::2] = valid
         bitmap = pa.py_buffer(np.packbits(wide_valid, bitorder="little"))
     wide = pa.Array.from_buffers(
-        pa.binary(), 2 * n, [bitmap, pa.py_buffer(bounds), pa.py_buffer(records.data)],
+        pa.binary(), 2 * n, [bitmap, pa.py_buffer(bounds), pa.py_buffer(records.buffer)],
         null_count=nulls,
     )
     return wide.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
 
 
-def _headers(records: Any, arrow_type: pa.DataType) -> pa.Array:
+def _headers(records: RecordBatch, arrow_type: pa.DataType) -> pa.Array:
     """``list<struct<key, value>>``: null for a record without headers, as Spark's Kafka
     source does."""
     n = len(records)

@@ -91,6 +91,6 @@ def read_task(
         if start >= end:
             return
     batcher = ArrowBatcher(task.topic, task.partition, columns, schema, batch_rows)
-    for header, records in log.read_batches(task.topic, task.partition, start, end):
-        yield from batcher.add(header.timestamp_type, records)
+    for batch in log.read_batches(task.topic, task.partition, start, end):
+        yield from batcher.add(batch.timestamp_type, batch)
     yield from batcher.flush()
