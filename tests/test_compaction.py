@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import embedlog
+from doubles import MUTATING_OPS, Call, Crash, ScriptedFS
 from embedlog import _io
 from embedlog.compaction import CompactionStats
 from embedlog.compaction.columns import decode_batches
@@ -587,68 +588,30 @@ def test_read_only_process_sees_each_swap_consistently(clog: Log, log_dir: pathl
         assert len(ro.segments("t", 0)) == len(clog.segments("t", 0))
 
 
-class Crash(BaseException):
-    """Raised by :class:`CrashAt` in place of the mutation it stops at."""
-
-
-class NoSync(_io.FileSystem):
+def no_sync() -> ScriptedFS:
     """The real file system without fsync: the crash tests model a killed process, whose
     writes all survive in the page cache, so syncing only costs time."""
-
-    def fsync(self, fd: int) -> None:
-        pass
-
-    def fsync_dir(self, path: str) -> None:
-        pass
+    return ScriptedFS(sync=False)
 
 
-class CrashAt(NoSync):
+def crash_at(n: int) -> ScriptedFS:
     """Performs the first ``n - 1`` mutations, then crashes (a process killed at that point:
     everything done before it is in the page cache, nothing after it happens)."""
-
-    def __init__(self, n: int | None) -> None:
-        self.n = n
-        self.count = 0
-
-    def _step(self) -> None:
-        self.count += 1
-        if self.n is not None and self.count >= self.n:
-            raise Crash(self.count)
-
-    def open(self, path: str, flags: int, mode: int = _io.FILE_MODE) -> int:
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
-            self._step()
-        return super().open(path, flags, mode)
-
-    def _wrap(name: str) -> Callable[..., Any]:  # type: ignore[misc]
-        def method(self: CrashAt, *args: Any, **kwargs: Any) -> Any:
-            self._step()
-            return getattr(NoSync, name)(self, *args, **kwargs)
-
-        return method
-
-    write = _wrap("write")
-    pwrite = _wrap("pwrite")
-    truncate = _wrap("truncate")
-    fsync = _wrap("fsync")
-    fsync_dir = _wrap("fsync_dir")
-    rename = _wrap("rename")
-    unlink = _wrap("unlink")
-    mkdir = _wrap("mkdir")
-    rmdir = _wrap("rmdir")
+    fs = no_sync()
+    fs.crash_at(n)
+    return fs
 
 
-class Dead(_io.FileSystem):
-    """Every mutation fails: lets a crashed Log release its lock without writing."""
-
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise Crash("dead")
-
-    open = write = pwrite = truncate = fsync = fsync_dir = rename = unlink = _fail  # type: ignore[assignment]
+def dead() -> ScriptedFS:
+    """Every mutation (and every open) fails: lets a crashed Log release its lock without
+    writing."""
+    fs = ScriptedFS()
+    fs.fail(("open", *MUTATING_OPS), persistent=True, error=lambda call: Crash("dead"))
+    return fs
 
 
 def abandon(log: Log) -> None:
-    with _io.use_backend(Dead()), contextlib.suppress(Crash, embedlog.EmbedlogError):
+    with _io.use_backend(dead()), contextlib.suppress(Crash, embedlog.EmbedlogError):
         log.close()
 
 
@@ -662,7 +625,7 @@ def test_a_crash_anywhere_in_a_compaction_leaves_old_or_new_data(
 ) -> None:
     tmp_path = ram_dir
     template = tmp_path / "template"
-    with _io.use_backend(NoSync()), Log(template, clock=clock) as log:
+    with _io.use_backend(no_sync()), Log(template, clock=clock) as log:
         log.create_topic("t", config={**COMPACT, "segment.bytes": 1500})
         fill(log, 150, 12, tombstones=0.1, batch=6)
         log.roll("t", 0)
@@ -672,25 +635,25 @@ def test_a_crash_anywhere_in_a_compaction_leaves_old_or_new_data(
         old = records(log)
     done = tmp_path / "done"
     shutil.copytree(template, done)
-    counter = CrashAt(None)
+    counter = no_sync()
     with Log(done, clock=clock) as log:
         with _io.use_backend(counter):
             log.compact("t")
         new = records(log)
         groups = [s.base_offset for s in log.segments("t", 0)]
-    assert new != old and len(groups) > 3 and counter.count > 50
+    assert new != old and len(groups) > 3 and counter.mutations > 50
     old_parts, new_parts = by_range(old, groups), by_range(new, groups)
-    for n in range(1, counter.count + 1):
+    for n in range(1, counter.mutations + 1):
         state = tmp_path / f"crash{n}"
         shutil.copytree(template, state)
-        with _io.use_backend(NoSync()):
+        with _io.use_backend(no_sync()):
             log = Log(state, clock=clock)
-        with pytest.raises(Crash), _io.use_backend(CrashAt(n)):
+        with pytest.raises(Crash), _io.use_backend(crash_at(n)):
             log.compact("t")
         abandon(log)
         with embedlog.open(state, read_only=True) as ro:  # before any recovery
             seen = records(ro)
-        with _io.use_backend(NoSync()), Log(state, clock=clock) as log:
+        with _io.use_backend(no_sync()), Log(state, clock=clock) as log:
             recovered = records(log)
             for got in (seen, recovered):
                 assert latest(got) == latest(old), n
@@ -712,17 +675,16 @@ def test_reader_view_applies_an_interrupted_swap(tmp_path: pathlib.Path, clock: 
         old = records(log)
         bases = [s.base_offset for s in log.segments("t", 0)]
     # stop right after the first group's old segments were unlinked, before the rename
-    stops: list[int] = []
+    stops: list[Call] = []
 
-    class StopAtRename(CrashAt):
-        def rename(self, src: str, dst: str) -> None:
-            if src.endswith(".log.swap"):
-                stops.append(self.count)
-                raise Crash("rename")
-            super().rename(src, dst)
+    def stop(call: Call) -> None:
+        stops.append(call)
+        raise Crash("rename")
 
+    fs = no_sync()
+    fs.before("rename", stop, match=lambda call: (call.path or "").endswith(".log.swap"))
     log = Log(state, clock=clock)
-    with pytest.raises(Crash), _io.use_backend(StopAtRename(None)):
+    with pytest.raises(Crash), _io.use_backend(fs):
         log.compact("t")
     abandon(log)
     folder = state / "t-0"
@@ -854,12 +816,13 @@ def test_close_interrupts_a_compaction_running_in_another_thread(
     writing = threading.Event()
     go_on = threading.Event()
 
-    class Gate(_io.FileSystem):
-        def pwrite(self, fd: int, data: Any, offset: int) -> None:
-            if threading.current_thread() is not threading.main_thread() and not go_on.is_set():
-                writing.set()
-                assert go_on.wait(30)
-            super().pwrite(fd, data, offset)
+    def gate(call: Call) -> None:
+        if threading.current_thread() is not threading.main_thread() and not go_on.is_set():
+            writing.set()
+            assert go_on.wait(30)
+
+    fs = ScriptedFS()
+    fs.before("pwrite", gate)
 
     outcome: list[object] = []
 
@@ -869,7 +832,7 @@ def test_close_interrupts_a_compaction_running_in_another_thread(
         except BaseException as exc:
             outcome.append(exc)
 
-    with _io.use_backend(Gate()):
+    with _io.use_backend(fs):
         worker = threading.Thread(target=run)
         worker.start()
         assert writing.wait(30)  # the pass is writing its first cleaned segment

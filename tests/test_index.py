@@ -16,13 +16,13 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from doubles import Call, ScriptedFS
 from embedlog import _io
 from embedlog.errors import CorruptIndexError, ReadOnlyError, StorageError
 from embedlog.index import OffsetIndex, TimeIndex
@@ -90,37 +90,10 @@ def log_batches(log: Path) -> list[Batch]:
     return out
 
 
-class RecordingFS(_io.FileSystem):
-    """Performs every call and records it."""
-
-    def __init__(self) -> None:
-        self.ops: list[tuple[Any, ...]] = []
-
-    def open(self, path: str, flags: int, mode: int = _io.FILE_MODE) -> int:
-        self.ops.append(("open", os.path.basename(path), flags))
-        return super().open(path, flags, mode)
-
-    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
-        self.ops.append(("pwrite", offset, bytes(data)))
-        super().pwrite(fd, data, offset)
-
-    def truncate(self, fd: int, size: int) -> None:
-        self.ops.append(("truncate", size))
-        super().truncate(fd, size)
-
-    def fsync(self, fd: int) -> None:
-        self.ops.append(("fsync",))
-        super().fsync(fd)
-
-    def close(self, fd: int) -> None:
-        self.ops.append(("close",))
-        super().close(fd)
-
-
 @pytest.fixture
-def recording() -> Iterator[RecordingFS]:
-    with _io.use_backend(RecordingFS()) as fs:
-        assert isinstance(fs, RecordingFS)
+def recording() -> Iterator[ScriptedFS]:
+    fs = ScriptedFS()
+    with _io.use_backend(fs):
         yield fs
 
 
@@ -657,7 +630,7 @@ def test_writer_never_maps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         ti.maybe_append(5, 1)
 
 
-def test_mutations_go_through_io_layer(tmp_path: Path, recording: RecordingFS) -> None:
+def test_mutations_go_through_io_layer(tmp_path: Path, recording: ScriptedFS) -> None:
     p = tmp_path / "00000000000000000100.index"
     idx = OffsetIndex(p, 100, writable=True)
     idx.append(105, 4200)
@@ -665,38 +638,35 @@ def test_mutations_go_through_io_layer(tmp_path: Path, recording: RecordingFS) -
     idx.flush()
     idx.truncate_to(110)
     idx.close()
-    assert recording.ops == [
-        ("open", p.name, os.O_RDWR | os.O_CREAT),
-        ("truncate", 10_485_760),
-        ("pwrite", 0, struct.pack(">ii", 5, 4200)),
-        ("pwrite", 8, struct.pack(">ii", 10, 8400)),
-        ("fsync",),
-        ("pwrite", 8, bytes(8)),
-        ("truncate", 8),
-        ("close",),
+    path = str(p)
+    assert recording.calls == [
+        Call("open", path, flags=os.O_RDWR | os.O_CREAT),
+        Call("truncate", path, size=10_485_760),
+        Call("pwrite", path, offset=0, data=struct.pack(">ii", 5, 4200)),
+        Call("pwrite", path, offset=8, data=struct.pack(">ii", 10, 8400)),
+        Call("fsync", path),
+        Call("pwrite", path, offset=8, data=bytes(8)),
+        Call("truncate", path, size=8),
+        Call("close", path),
     ]
-    recording.ops.clear()
+    recording.calls.clear()
     for copy in (False, True):
         with OffsetIndex(p, 100, writable=False, copy=copy) as ro:
             assert ro.lookup(107) == (105, 4200)
             ro.sanity_check(10_000)
-    assert recording.ops == []  # readers never mutate
-
-
-class FailingTruncateFS(RecordingFS):
-    def truncate(self, fd: int, size: int) -> None:
-        self.ops.append(("truncate", size))
-        raise StorageError(errno.ENOSPC, "truncate failed: no space left", None)
+    assert recording.calls == []  # readers never even open through the door
 
 
 def test_errors_and_validation(tmp_path: Path) -> None:
     with pytest.raises(StorageError) as info:
         OffsetIndex(tmp_path / "missing.index", 0, writable=False)
     assert info.value.errno == errno.ENOENT
-    with _io.use_backend(FailingTruncateFS()) as fs:
-        with pytest.raises(StorageError):
-            OffsetIndex(tmp_path / "a.index", 0, writable=True)
-        assert isinstance(fs, RecordingFS) and fs.ops[-1] == ("close",)  # fd not leaked
+    fs = ScriptedFS()
+    fs.fail("truncate", code=errno.ENOSPC, persistent=True)
+    with _io.use_backend(fs), pytest.raises(StorageError) as failed:
+        OffsetIndex(tmp_path / "a.index", 0, writable=True)
+    assert failed.value.errno == errno.ENOSPC
+    assert [c.op for c in fs.calls] == ["open", "truncate", "close"]  # the fd is not leaked
     with pytest.raises(ValueError):
         OffsetIndex(tmp_path / "b.index", -1, writable=True)
     with pytest.raises(ValueError):

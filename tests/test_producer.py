@@ -7,6 +7,7 @@ import pathlib
 import random
 import tempfile
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import DefaultPartitioner
 
 import embedlog
+from doubles import Call, ScriptedFS
 from embedlog import _io
 from embedlog.errors import (
     LogClosedError,
@@ -234,17 +236,15 @@ def test_topic_recreated_under_a_producer(log: embedlog.Log) -> None:
     producer.close()
 
 
-class FailingWrites(_io.FileSystem):
-    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
-        raise StorageError(5, "pwrite failed: injected", None)
-
-
 def test_write_errors_surface_at_the_next_call(log: embedlog.Log) -> None:
     log.create_topic("t")
     producer = log.producer(linger_ms=60_000)
     producer.send("t", b"1", key=b"k")
-    with _io.use_backend(FailingWrites()), pytest.raises(StorageError):
+    fs = ScriptedFS()
+    failing = fs.fail("pwrite", persistent=True)
+    with _io.use_backend(fs), pytest.raises(StorageError):
         producer.flush()
+    assert failing.fired == 1 and fs.calls[-1].name.endswith(".log")
     producer.close()
 
 
@@ -308,49 +308,77 @@ def test_keyless_records_stick_to_a_partition_per_batch_size(log: embedlog.Log) 
 # --------------------------------------------------------------------------- durability
 
 
-class CountingFsync(_io.FileSystem):
-    """Counts fsyncs; each takes 2 ms, like a real disk, so concurrent senders overlap."""
-
-    def __init__(self) -> None:
-        self.fsyncs = 0
-        self.lock = threading.Lock()
-
-    def fsync(self, fd: int) -> None:
-        with self.lock:
-            self.fsyncs += 1
-        threading.Event().wait(0.002)
-        super().fsync(fd)
-
-
 def test_fsync_durability_syncs_before_returning(log: embedlog.Log) -> None:
     log.create_topic("t")
     producer = log.producer(durability="fsync")
     p = log._partition_of("t", 0)
-    with _io.use_backend(CountingFsync()) as fs:
+    with _io.use_backend(ScriptedFS()) as fs:
+        assert isinstance(fs, ScriptedFS)
         for i in range(5):
-            before = fs.fsyncs
+            before = fs.count("fsync", suffix=".log")
             producer.send("t", b"%d" % i, key=b"k")
-            assert fs.fsyncs > before
+            assert fs.count("fsync", suffix=".log") == before + 1  # one sender: one fsync each
             assert p._synced_seq == p._written_seq
     producer.close()
 
 
-def test_concurrent_fsync_senders_share_fsyncs(log: embedlog.Log) -> None:
+def _send_all(producer: embedlog.Producer, values: list[bytes], out: list[int]) -> None:
+    for v in values:
+        out.append(producer.send("t", v, key=b"k").offset)
+
+
+def test_concurrent_fsync_senders_are_all_durable(log: embedlog.Log) -> None:
     log.create_topic("t")
     producer = log.producer(durability="fsync")
-    with _io.use_backend(CountingFsync()) as fs:
-        threads = [
-            threading.Thread(target=lambda: [producer.send("t", b"v", key=b"k")
-                                             for _ in range(25)])
-            for _ in range(8)
-        ]
+    p = log._partition_of("t", 0)
+    fs = ScriptedFS()
+    fs.before("fsync", lambda call: time.sleep(0.002))  # a disk's latency: senders overlap
+    acked: list[int] = []
+    with _io.use_backend(fs):
+        threads = [threading.Thread(target=_send_all, args=(producer, [b"v"] * 25, acked))
+                   for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        assert p._synced_seq == p._written_seq  # every acknowledged record was fsynced
     producer.close()
-    assert log.end_offset("t", 0) == 200
-    assert fs.fsyncs < 200 * 0.75  # group commit: most fsyncs covered several senders
+    assert sorted(acked) == list(range(200)) and log.end_offset("t", 0) == 200
+    assert 1 <= fs.count("fsync", suffix=".log") <= 200  # never more than one per send
+
+
+def test_senders_waiting_behind_an_fsync_share_the_next_one(log: embedlog.Log) -> None:
+    """Group commit, deterministically: the first sender's fsync is held until seven more
+    senders have put their record in the next batch; one more fsync then covers all seven."""
+    log.create_topic("t")
+    producer = log.producer(durability="fsync")
+    held, release = threading.Event(), threading.Event()
+
+    def hold(call: Call) -> None:
+        held.set()
+        assert release.wait(60)
+
+    fs = ScriptedFS()
+    fs.before("fsync", hold, persistent=False, match=lambda call: call.name.endswith(".log"))
+    acked: list[int] = []
+    with _io.use_backend(fs):
+        first = threading.Thread(target=_send_all, args=(producer, [b"first"], acked))
+        first.start()
+        assert held.wait(60)
+        followers = [threading.Thread(target=_send_all, args=(producer, [b"v%d" % i], acked))
+                     for i in range(7)]
+        for t in followers:
+            t.start()
+        deadline = time.monotonic() + 60  # a watchdog, not a measurement
+        while producer._committing < 8:  # each sender's record is in the batch before it counts
+            assert time.monotonic() < deadline, "the followers never queued their records"
+            time.sleep(0.001)
+        release.set()
+        for t in [first, *followers]:
+            t.join()
+    producer.close()
+    assert sorted(acked) == list(range(8))
+    assert fs.count("fsync", suffix=".log") == 2  # the held one, then one for all seven
 
 
 # --------------------------------------------------------------------------- idempotence

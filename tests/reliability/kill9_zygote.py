@@ -27,10 +27,12 @@ from __future__ import annotations
 import os
 import random
 import sys
-from typing import Any
 
 import embedlog
 from embedlog import _io
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from doubles import Call, ScriptedFS
 
 TOPIC = "k"
 PARTITIONS = 2
@@ -51,15 +53,16 @@ def value_for(key: bytes) -> bytes:
     return key * 3 + b"|" + b"x" * (sum(key) % 41)
 
 
-class Events(_io.FileSystem):
+def events(fd: int) -> ScriptedFS:
     """The production backend, printing the core's intent marks to the events file."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def intent(call: Call) -> None:
+        info = call.info
+        emit(fd, f"INTENT {info['topic']} {info['partition']} {info['offset']}")
 
-    def mark(self, kind: str, **info: Any) -> None:
-        if kind == "intent_start_offset":
-            emit(self.fd, f"INTENT {info['topic']} {info['partition']} {info['offset']}")
+    fs = ScriptedFS(keep_calls=False)
+    fs.before("mark", intent, match=lambda call: call.info["kind"] == "intent_start_offset")
+    return fs
 
 
 def emit(fd: int, line: str) -> None:
@@ -69,7 +72,7 @@ def emit(fd: int, line: str) -> None:
 def child(path: str, seed: int) -> None:
     rng = random.Random(seed)
     fd = os.open(path + ".events", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with _io.use_backend(Events(fd)):
+    with _io.use_backend(events(fd)):
         log = embedlog.open(path, durability="fsync")
         if TOPIC not in log.topics():
             log.create_topic(TOPIC, PARTITIONS, config=CONFIG)

@@ -19,11 +19,11 @@ import os
 import random
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
 import embedlog
+from doubles import Injected, Rule, ScriptedFS
 from embedlog import _io
 
 from .checker import Promises, check_state
@@ -33,73 +33,6 @@ from .workloads import Session, Truth, scratch_dir, setup
 ERRNOS = {"EIO": errno.EIO, "ENOSPC": errno.ENOSPC}
 WORKLOAD = ("append", "batch", "roll", "append", "retain", "trim", "commit", "compact",
             "append", "reopen", "append")
-
-
-class Injected(embedlog.StorageError):
-    """Raised where a real disk would have failed."""
-
-
-class FaultyFS(_io.FileSystem):
-    """Fails the ``fail_at``-th mutating call (and, if ``persistent``, every later one) with
-    ``code``; keeps the ``_io.mark`` annotations for the checker."""
-
-    def __init__(self, fail_at: int, code: int, persistent: bool) -> None:
-        self.fail_at = fail_at
-        self.code = code
-        self.persistent = persistent
-        self.calls = 0
-        self.injected = 0
-        self.marks: list[dict[str, Any]] = []
-
-    def _tick(self, what: str) -> None:
-        self.calls += 1
-        if self.calls == self.fail_at or (self.persistent and self.calls > self.fail_at):
-            self.injected += 1
-            raise Injected(self.code, f"{what} failed: {os.strerror(self.code)} (injected)")
-
-    def open(self, path: str, flags: int, mode: int = _io.FILE_MODE) -> int:
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
-            self._tick("open")
-        return super().open(path, flags, mode)
-
-    def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
-        self._tick("write")
-        super().write(fd, data)
-
-    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
-        self._tick("pwrite")
-        super().pwrite(fd, data, offset)
-
-    def truncate(self, fd: int, size: int) -> None:
-        self._tick("truncate")
-        super().truncate(fd, size)
-
-    def fsync(self, fd: int) -> None:
-        self._tick("fsync")
-        super().fsync(fd)
-
-    def fsync_dir(self, path: str) -> None:
-        self._tick("fsync_dir")
-        super().fsync_dir(path)
-
-    def rename(self, src: str, dst: str) -> None:
-        self._tick("rename")
-        super().rename(src, dst)
-
-    def unlink(self, path: str) -> None:
-        self._tick("unlink")
-        super().unlink(path)
-
-    def mkdir(self, path: str, mode: int = _io.DIR_MODE) -> None:
-        self._tick("mkdir")
-        super().mkdir(path, mode)
-
-    def rmdir(self, path: str) -> None:
-        self._tick("rmdir")
-        super().rmdir(path)
-
-    def mark(self, kind: str, **info: Any) -> None:
-        self.marks.append({"kind": kind, **info})
 
 
 @dataclass
@@ -123,7 +56,8 @@ def run_one(fail_at: int, code: int, persistent: bool) -> Outcome:
     try:
         truth = setup(path)
         before = Promises.from_truth(truth)
-        fs = FaultyFS(fail_at, code, persistent)
+        fs = ScriptedFS()
+        fault = fs.fail(nth=fail_at, persistent=persistent, code=code)
         error: BaseException | None = None
         session: Session | None = None
         problems: list[str] = []
@@ -138,13 +72,13 @@ def run_one(fail_at: int, code: int, persistent: bool) -> Outcome:
             touched_log = not ops or ops[-1] != "commit"
             if error is not None and touched_log and session is not None and (
                     not session.log.closed):
-                problems += _refuses_appends(session, where)
+                problems += _refuses_appends(session, fault, where)
             if session is not None:
                 try:
                     session.log.close()
                 except BaseException as exc:
                     error = error or exc
-        if not fs.injected:
+        if not fault.fired:
             return Outcome(False)
         if error is None:
             problems.append(f"{where}: the injected error was swallowed")
@@ -159,12 +93,9 @@ def run_one(fail_at: int, code: int, persistent: bool) -> Outcome:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _refuses_appends(session: Session, where: str) -> list[str]:
+def _refuses_appends(session: Session, fault: Rule, where: str) -> list[str]:
     """After an I/O error the log must not acknowledge anything until it is reopened."""
-    backend = _io.backend()
-    assert isinstance(backend, FaultyFS)
-    backend.persistent = False  # the disk works again: refusing is the log's own decision
-    backend.fail_at = -1
+    fault.disarm()  # the disk works again: refusing is the log's own decision
     try:
         session.log.append("t", b"after-error", key=b"x", partition=0)
     except embedlog.EmbedlogError:
@@ -204,7 +135,7 @@ def test_truth_is_complete() -> None:
     path = os.path.join(root, "log")
     truth: Truth = setup(path)
     promises = Promises.from_truth(truth)
-    fs = FaultyFS(-1, errno.EIO, False)
+    fs = ScriptedFS()  # no faults
     with _io.use_backend(fs):
         s = Session(path, truth, random.Random(0))
         _run_ops(s)
@@ -212,7 +143,7 @@ def test_truth_is_complete() -> None:
     for info in fs.marks:
         promises.fold(info)
     assert check_state(path, truth, promises) == []
-    assert fs.calls > 50
+    assert fs.mutations > 50
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -222,13 +153,12 @@ def test_failed_fsync_poisons_until_reopen(code: str) -> None:
     path = os.path.join(root, "log")
     setup(path)
 
-    class FailFsync(_io.FileSystem):
-        def fsync(self, fd: int) -> None:
-            raise Injected(ERRNOS[code], "fsync failed (injected)")
-
+    fs = ScriptedFS()
+    fs.fail("fsync", persistent=True, code=ERRNOS[code])
     log = embedlog.open(path, durability="fsync")
-    with _io.use_backend(FailFsync()), pytest.raises(embedlog.StorageError):
+    with _io.use_backend(fs), pytest.raises(Injected) as failed:
         log.append("t", b"v", key=b"k")
+    assert failed.value.errno == ERRNOS[code]
     with pytest.raises(embedlog.LogPoisonedError):
         log.append("t", b"w", key=b"k")
     log.close()

@@ -10,6 +10,7 @@ import pathlib
 import pytest
 
 import embedlog
+from doubles import ScriptedFS
 from embedlog import _io
 from embedlog.log import parse_metadata
 
@@ -173,26 +174,27 @@ def test_damaged_active_offset_index_does_not_move_the_end_offset() -> None:
         assert log.append("t", b"next", key=b"k").offset == len(values)
 
 
-class _FailIndexOpen(_io.FileSystem):
-    def open(self, path: str, flags: int, mode: int = _io.FILE_MODE) -> int:
-        if path.endswith(".index"):
-            raise embedlog.StorageError(errno.EIO, "open failed (injected)", path)
-        return super().open(path, flags, mode)
+def _fail_index_open() -> ScriptedFS:
+    fs = ScriptedFS()
+    fs.fail("open", persistent=True, match=lambda call: call.name.endswith(".index"))
+    return fs
 
 
 def test_failed_open_raises_the_io_error_and_releases_the_writer_lock() -> None:
     path, values = build()
     unclean(path)
-    with _io.use_backend(_FailIndexOpen()), pytest.raises(embedlog.StorageError):
+    with _io.use_backend(_fail_index_open()), pytest.raises(embedlog.StorageError):
         embedlog.open(path)
     assert [r.value for r in read_all(path)] == values  # the lock was released
 
 
-class _FailCreate(_io.FileSystem):
-    def open(self, path: str, flags: int, mode: int = _io.FILE_MODE) -> int:
-        if flags & os.O_CREAT and not os.path.exists(path):
-            raise embedlog.StorageError(errno.ENOSPC, "open failed (injected)", path)
-        return super().open(path, flags, mode)
+def _fail_create() -> ScriptedFS:
+    """Creating a file fails (the disk is full); opening existing ones works."""
+    fs = ScriptedFS()
+    fs.fail("open", persistent=True, code=errno.ENOSPC,
+            match=lambda call: bool(call.flags & os.O_CREAT)
+            and not os.path.exists(call.path or ""))
+    return fs
 
 
 @pytest.mark.parametrize("op", ["roll", "delete_records", "retention"])
@@ -200,7 +202,7 @@ def test_io_error_in_roll_or_deletion_poisons_the_partition(op: str) -> None:
     path, values = build()
     log = embedlog.open(path, durability="fsync")
     log.alter_topic("t", {"retention.bytes": 100, "retention.ms": -1})
-    with _io.use_backend(_FailCreate()), pytest.raises(embedlog.StorageError):
+    with _io.use_backend(_fail_create()), pytest.raises(embedlog.StorageError):
         if op == "roll":
             log.roll("t", 0)
         elif op == "delete_records":
