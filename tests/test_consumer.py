@@ -8,7 +8,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import pytest
 from hypothesis import settings
@@ -324,6 +323,12 @@ def test_read_committed_skips_aborted_and_waits_for_open_transactions(log: embed
 # --------------------------------------------------------------------------- waiting
 
 
+# A poll that slept to its timeout would outlast the test's timeout: returning at all is the
+# proof that the poll woke for the record (the test timeout is a watchdog, not a measurement).
+NEVER = 24 * 3600.0
+
+
+@pytest.mark.timeout(300)
 def test_blocking_poll_wakes_when_a_record_is_appended(log: embedlog.Log) -> None:
     log.create_topic("t", partitions=3)
     consumer = log.consumer("t")
@@ -336,13 +341,10 @@ def test_blocking_poll_wakes_when_a_record_is_appended(log: embedlog.Log) -> Non
 
     writer = threading.Thread(target=later)
     writer.start()
-    t0 = time.monotonic()
     started.set()
-    records = consumer.poll(timeout=30)
-    elapsed = time.monotonic() - t0
+    records = consumer.poll(timeout=NEVER)  # woke on the append: it never reaches the timeout
     writer.join()
     assert values(records) == [b"late"]
-    assert elapsed < 10  # woke on the append, not at the timeout
     consumer.close()
 
 
@@ -357,6 +359,7 @@ with embedlog.open({path!r}) as log:
 """
 
 
+@pytest.mark.timeout(300)
 def test_read_only_consumer_sees_another_process_writing(log_dir: pathlib.Path) -> None:
     with embedlog.open(log_dir) as log:
         log.create_topic("t")
@@ -372,10 +375,8 @@ def test_read_only_consumer_sees_another_process_writing(log_dir: pathlib.Path) 
             assert consumer.poll(timeout=0.05) == []
             proc.stdin.write("go\n")
             proc.stdin.flush()
-            t0 = time.monotonic()
-            records = consumer.poll(timeout=30)
+            records = consumer.poll(timeout=NEVER)  # returns once the record is seen
             assert values(records) == [b"from-another-process"]
-            assert time.monotonic() - t0 < 10
             consumer.commit()
             assert consumer.committed(TP0) == 1
             consumer.close()
