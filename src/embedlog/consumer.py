@@ -45,123 +45,46 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import repeat
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final
 
-from .errors import (
-    GroupError,
-    InvalidConfigError,
-    LogClosedError,
-    OffsetOutOfRangeError,
-    UsageError,
+from ._client_api import ClientLog
+from .errors import GroupError, InvalidConfigError, LogClosedError, UsageError
+from .fetcher import (
+    Fetch,
+    Fetcher,
+    Iteration,
+    OffsetAndTimestamp,
+    Run,
+    offsets_for_times,
+    wait_for_records,
 )
 from .groups import Membership, OffsetStore, group_directory
-from .partition import Partition
-from .records import Header, Record, TopicPartition
-from .segment import format as fmt
-
-if TYPE_CHECKING:
-    from .log import Log
+from .records import Record, TopicPartition
 
 __all__ = ["Consumer", "OffsetAndTimestamp"]
 
-_new = tuple.__new__
-_FILE_POLL_S: Final = 0.010
-"""How often a consumer of a read-only open re-reads the partition files while waiting."""
-_SLICE_S: Final = 0.002
-"""Wait slice per partition when waiting on several partitions of a writer in this process."""
 _GROUP_TICK_S: Final = 0.050
 """Longest wait between two runs of the group protocol inside a blocking poll."""
 
 Callback = Callable[[list[TopicPartition]], None]
 
 
-class OffsetAndTimestamp(NamedTuple):
-    """What :meth:`Consumer.offsets_for_times` finds for a partition."""
-
-    offset: int
-    timestamp: int
-
-
-class _Columns:
-    """Decoded records as plain lists; :class:`Record` objects are made only for the records
-    handed out (records are tuples the garbage collector tracks: the fewer alive, the fewer
-    collections a poll loop triggers)."""
-
-    __slots__ = ("headers", "keys", "n", "offsets", "timestamps", "ttypes", "values")
-
-    def __init__(self, offsets: list[int], timestamps: list[int], ttypes: list[int],
-                 keys: list[Any], values: list[Any],
-                 headers: list[tuple[Header, ...]] | None) -> None:
-        self.offsets, self.timestamps, self.ttypes = offsets, timestamps, ttypes
-        self.keys, self.values, self.headers = keys, values, headers
-        self.n = len(offsets)
-
-    def records(self, tp: TopicPartition, i: int, j: int) -> list[Record]:
-        m = min(j, self.n) - i
-        whole = i == 0 and m == self.n
-        rows = zip(
-            repeat(tp.topic, m),
-            repeat(tp.partition, m),
-            self.offsets if whole else self.offsets[i:j],
-            self.timestamps if whole else self.timestamps[i:j],
-            self.ttypes if whole else self.ttypes[i:j],
-            self.keys if whole else self.keys[i:j],
-            self.values if whole else self.values[i:j],
-            repeat((), m) if self.headers is None else self.headers[i:j],
-            strict=True,
+def _check_options(auto_offset_reset: str, isolation_level: str, max_poll_records: int) -> None:
+    if auto_offset_reset not in ("earliest", "latest", "none"):
+        raise InvalidConfigError(
+            f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
         )
-        return list(map(_new, repeat(Record, m), rows))
+    if isolation_level not in ("read_uncommitted", "read_committed"):
+        raise InvalidConfigError(
+            "isolation_level must be read_uncommitted or read_committed, "
+            f"not {isolation_level!r}"
+        )
+    if max_poll_records < 1:
+        raise InvalidConfigError("max_poll_records must be >= 1")
 
 
-_EMPTY = _Columns([], [], [], [], [], None)
-
-
-class _Fetch:
-    """Read state of one assigned partition.
-
-    ``fetched`` is where the reader continues; records in ``[position, fetched)`` are
-    ``cols`` from index ``i`` on (or were gaps). ``position is None`` until first needed.
-    """
-
-    __slots__ = ("cols", "fetched", "gen", "i", "p", "position", "seen", "stop", "tp")
-
-    def __init__(self, tp: TopicPartition, p: Partition) -> None:
-        self.tp = tp
-        self.p = p
-        self.position: int | None = None
-        self.fetched = 0
-        self.cols = _EMPTY
-        self.i = 0
-        self.gen: Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]] | None = None
-        self.stop = 0
-        self.seen = False
-
-    def move_to(self, offset: int) -> None:
-        self.position = self.fetched = offset
-        self.cols, self.i, self.gen = _EMPTY, 0, None
-
-
-_Run = tuple[_Fetch, list[Record]]
-"""Records of one partition handed to an iteration, in order."""
-
-
-def _concat(parts: list[_Columns]) -> _Columns:
-    if len(parts) == 1:
-        return parts[0]
-    out = _Columns([], [], [], [], [], None)
-    for c in parts:
-        if c.headers is not None and out.headers is None:
-            out.headers = [()] * out.n
-        out.offsets += c.offsets
-        out.timestamps += c.timestamps
-        out.ttypes += c.ttypes
-        out.keys += c.keys
-        out.values += c.values
-        if out.headers is not None:
-            out.headers += c.headers if c.headers is not None else [()] * c.n
-        out.n += c.n
-    return out
+def _offset_store(group_dir: str | None) -> OffsetStore | None:
+    return OffsetStore(group_dir, f"{group_dir}/lock") if group_dir is not None else None
 
 
 class Consumer:
@@ -186,7 +109,7 @@ class Consumer:
 
     def __init__(
         self,
-        log: Log,
+        log: ClientLog,
         *topics: str,
         group: str | None = None,
         auto_offset_reset: str = "earliest",
@@ -204,17 +127,7 @@ class Consumer:
         consumer_timeout_ms: float | None = None,
         client_id: str = "embedlog",
     ) -> None:
-        if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfigError(
-                f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
-            )
-        if isolation_level not in ("read_uncommitted", "read_committed"):
-            raise InvalidConfigError(
-                "isolation_level must be read_uncommitted or read_committed, "
-                f"not {isolation_level!r}"
-            )
-        if max_poll_records < 1:
-            raise InvalidConfigError("max_poll_records must be >= 1")
+        _check_options(auto_offset_reset, isolation_level, max_poll_records)
         if log.closed:
             raise LogClosedError(f"the log at {log.path} is closed")
         self.log = log
@@ -229,20 +142,19 @@ class Consumer:
         self.client_id = client_id
         self._auto_commit_s = auto_commit_interval_ms / 1000
         self._heartbeat_s = heartbeat_interval_ms / 1000
-        self._key_deserializer = key_deserializer
-        self._value_deserializer = value_deserializer
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._group_dir = group_directory(log.path, group) if group is not None else None
-        self._store = (
-            OffsetStore(self._group_dir, f"{self._group_dir}/lock")
-            if self._group_dir is not None else None
-        )
+        self._store = _offset_store(self._group_dir)
+        self._fetcher = Fetcher(log, isolation_level=isolation_level,
+                                auto_offset_reset=auto_offset_reset,
+                                committed=self._committed_offsets,
+                                key_deserializer=key_deserializer,
+                                value_deserializer=value_deserializer)
         self._membership: Membership | None = None
         self._subscription: tuple[str, ...] | None = None
-        self._fetches: dict[TopicPartition, _Fetch] = {}
+        self._fetches: dict[TopicPartition, Fetch] = {}
         self._unannounced: list[TopicPartition] = []
-        self._rotation = 0
         self._next_beat = 0.0
         self._next_lease_try = 0.0
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
@@ -250,8 +162,7 @@ class Consumer:
         self._closing = False  # set first by close(), which may come from another thread
         self._wake = threading.Event()
         self._deferred: Exception | None = None
-        self._iter_runs: list[_Run] = []
-        self._iter_last: Record | None = None
+        self._iteration = Iteration()
         if topics:
             self.subscribe(topics)
 
@@ -301,7 +212,7 @@ class Consumer:
             if self._subscription is not None and self._fetches:
                 self._revoke(list(self._fetches))
         finally:
-            self._abandon_iteration()
+            self._iteration.abandon(self._fetches)
             self._fetches.clear()
             self._subscription = None
             self._unannounced = []
@@ -337,14 +248,14 @@ class Consumer:
         return self._membership.state.generation if self._membership is not None else None
 
     def _add(self, tps: Iterable[TopicPartition]) -> None:
-        self._abandon_iteration()
+        self._iteration.abandon(self._fetches)
         for tp in tps:
             if tp not in self._fetches:
-                self._fetches[tp] = _Fetch(tp, self.log._partition_of(tp.topic, tp.partition))
+                self._fetches[tp] = Fetch(tp, self.log._partition_of(tp.topic, tp.partition))
 
     def _revoke(self, tps: list[TopicPartition], *, lost: bool = False) -> None:
         """Commit (if auto and still a member), tell the application, then let go of ``tps``."""
-        self._abandon_iteration()
+        self._iteration.abandon(self._fetches)
         try:
             if self.enable_auto_commit and self._store is not None and not lost:
                 self._commit_positions(tps)
@@ -398,10 +309,10 @@ class Consumer:
         ``timeout`` seconds for some to arrive."""
         return self._poll(timeout, max_records, None)
 
-    def _poll(self, timeout: float, max_records: int | None, runs: list[_Run] | None
+    def _poll(self, timeout: float, max_records: int | None, runs: list[Run] | None
               ) -> list[Record]:
         self._check_open()
-        self._abandon_iteration()
+        self._iteration.abandon(self._fetches)
         if self._deferred is not None:
             exc, self._deferred = self._deferred, None
             raise exc
@@ -413,238 +324,39 @@ class Consumer:
             eager = False
             if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
                 self._auto_commit()
-            out = self._collect(limit, runs)
+            fetches = list(self._fetches.values())
+            out, self._deferred = self._fetcher.collect(fetches, limit, runs)
             if out or self._closing:
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return out
-            self._wait(remaining)
-
-    def _collect(self, limit: int, runs: list[_Run] | None) -> list[Record]:
-        """Take up to ``limit`` buffered or newly decoded records, visiting the partitions in a
-        rotating order, and move the positions past them -- or, given ``runs``, leave the
-        positions to the caller and list the records per partition there. An error after some
-        records were taken is raised by the next poll."""
-        fetches = list(self._fetches.values())
-        out: list[Record] = []
-        n = len(fetches)
-        start = self._rotation % n if n else 0
-        self._rotation += 1
-        for k in range(n):
-            f = fetches[(start + k) % n]
-            first = len(out)
-            try:
-                while len(out) < limit:
-                    if f.i >= f.cols.n and not self._fill(f):
-                        break
-                    j = min(f.i + limit - len(out), f.cols.n)
-                    out += f.cols.records(f.tp, f.i, j)
-                    f.i = j
-            except Exception as exc:
-                if not out:
-                    raise
-                self._deferred = exc
-                break
-            finally:
-                if runs is None:
-                    if f.position is not None:
-                        f.position = f.cols.offsets[f.i] if f.i < f.cols.n else f.fetched
-                elif len(out) > first:
-                    runs.append((f, out[first:]))
-            if len(out) >= limit:
-                break
-        return out
-
-    def _fill(self, f: _Fetch) -> bool:
-        """Decode the next batch with records into ``f.cols``; ``False`` if none is there."""
-        if f.position is None:
-            self._init_positions([f])
-        f.cols, f.i = _EMPTY, 0
-        while True:
-            if f.gen is None:
-                end = self._end_offset(f.p)
-                if f.fetched >= end:
-                    if f.fetched > end:
-                        self._reset(f, f"position {f.fetched} is beyond the log end {end}")
-                        continue
-                    f.stop = end
-                    return False
-                if self.isolation_level == "read_committed":
-                    return self._fill_committed(f, end)
-                f.gen = f.p.batches(f.fetched, end, control=True)
-                f.stop, f.seen = end, False
-            try:
-                header, records = next(f.gen)
-            except StopIteration:
-                f.gen = None
-                if not f.seen:  # nothing readable left below the end: gaps, control batches
-                    f.fetched = max(f.fetched, f.stop)
-                    return False
-                continue
-            except OffsetOutOfRangeError:
-                f.gen = None
-                self._reset(f, f"position {f.fetched} is below the log start")
-                continue
-            f.seen = True
-            f.fetched = max(f.fetched, header.next_offset)
-            if not header.is_control:
-                f.cols = self._columns(header, records)
-                return True
-
-    def _fill_committed(self, f: _Fetch, end: int) -> bool:
-        """read_committed: hand out records up to the first transaction still open below
-        ``end``; drop aborted transactions' records."""
-        chunks: list[tuple[bool, _Columns | None, int]] = []  # (decided, records, first)
-        open_txns: dict[int, list[int]] = {}
-        last = end
-        try:
-            for header, records in f.p.batches(f.fetched, end, control=True):
-                last = header.next_offset
-                pid = header.producer_id
-                if header.is_control:
-                    if header.is_transactional and pid in open_txns and len(records):
-                        _, kind = fmt.decode_control_record(records.key(0))
-                        for idx in open_txns.pop(pid):
-                            decided, cols, first = chunks[idx]
-                            chunks[idx] = (True, None if kind == fmt.CONTROL_ABORT else cols, first)
-                    continue
-                cols = self._columns(header, records)
-                chunks.append((not header.is_transactional, cols, int(records.offsets[0])))
-                if header.is_transactional:
-                    open_txns.setdefault(pid, []).append(len(chunks) - 1)
-        except OffsetOutOfRangeError:
-            self._reset(f, f"position {f.fetched} is below the log start")
-            return False
-        kept: list[_Columns] = []
-        for decided, cols, first in chunks:
-            if not decided:
-                last = first
-                break
-            if cols is not None:
-                kept.append(cols)
-        f.fetched = max(f.fetched, last)
-        f.cols, f.i, f.stop = _concat(kept), 0, end
-        return f.cols.n > 0
-
-    def _columns(self, header: fmt.BatchHeader, records: fmt.DecodedRecords) -> _Columns:
-        keys: list[Any] = records.keys()
-        values: list[Any] = records.values()
-        if self._key_deserializer is not None:
-            kd = self._key_deserializer
-            keys = [None if k is None else kd(k) for k in keys]
-        if self._value_deserializer is not None:
-            vd = self._value_deserializer
-            values = [None if v is None else vd(v) for v in values]
-        return _Columns(records.offsets.tolist(), records.timestamps.tolist(),
-                        [header.timestamp_type] * len(keys), keys, values, records.headers)
-
-    def _end_offset(self, p: Partition) -> int:
-        if self.log.read_only:
-            p.refresh()
-        return p.end_offset
-
-    def _init_positions(self, fetches: list[_Fetch]) -> None:
-        committed = self._store.read() if self._store is not None else {}
-        for f in fetches:
-            offset = committed.get(f.tp)
-            if offset is None:
-                self._reset(f, "no committed offset")
-            else:
-                f.move_to(offset)
-
-    def _reset(self, f: _Fetch, why: str) -> None:
-        """Apply ``auto_offset_reset`` to ``f``."""
-        policy = self.auto_offset_reset
-        if policy == "none":
-            raise OffsetOutOfRangeError(
-                f"{f.tp.topic}-{f.tp.partition}: {why} and auto_offset_reset is 'none'"
-            )
-        if self.log.read_only:
-            f.p.refresh()
-        f.move_to(f.p.start_offset if policy == "earliest" else f.p.end_offset)
-
-    def _wait(self, remaining: float) -> None:
-        """Block until records may have arrived, at most ``remaining`` seconds (less when the
-        group protocol or a read-only view needs a turn). ``f.stop`` is the end offset each
-        partition had when it was last found drained."""
-        limit = min(remaining, _GROUP_TICK_S if self._membership is not None else 0.5)
-        fetches = list(self._fetches.values())
-        if self.log.read_only or not fetches:
-            self._wake.wait(min(limit, _FILE_POLL_S))
-            return
-        end = time.monotonic() + limit
-        turn = 0
-        while not self._closing:
-            if any(f.p.end_offset > f.stop or not f.p.segments for f in fetches):
-                return
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            f = fetches[turn % len(fetches)]
-            turn += 1
-            with f.p.appended:
-                if f.p.end_offset > f.stop or not f.p.segments:
-                    return
-                f.p.appended.wait(left if len(fetches) == 1 else min(left, _SLICE_S))
+            # wake at least every group tick (the protocol runs here) or half a second
+            tick = _GROUP_TICK_S if self._membership is not None else 0.5
+            wait_for_records(fetches, min(remaining, tick), self._wake,
+                             read_only=self.log.read_only)
 
     def __iter__(self) -> Iterator[Record]:
-        """Records as they arrive; positions move record by record. Stops when the consumer
-        is closed or after ``consumer_timeout_ms`` without records.
-
-        Per record only the last one handed out is noted (``_iter_last``); positions are
-        settled from it when asked for, at the end of each partition's run, or when the
-        iteration is abandoned (a seek, a rebalance, a ``poll``)."""
+        """Records as they arrive; positions move record by record (see
+        :class:`~embedlog.fetcher.Iteration`). Stops when the consumer is closed or after
+        ``consumer_timeout_ms`` without records."""
         idle_since = time.monotonic()
         limit = self.consumer_timeout_ms
         while not self._closing:
             wait = 0.5 if limit is None else max(0.0, limit / 1000 - (time.monotonic()
                                                                       - idle_since))
-            runs: list[_Run] = []
+            runs: list[Run] = []
             self._poll(wait, None, runs)
             if not runs:
                 if limit is not None and time.monotonic() - idle_since >= limit / 1000:
                     return
                 continue
-            self._iter_runs = runs
-            for f, run in runs:
-                for r in run:
-                    self._iter_last = r
-                    yield r
-                if not run:
-                    break  # abandoned meanwhile (cleared by _abandon_iteration)
-                self._iter_last = None
-                f.position = run[-1].offset + 1
-                if f.i >= f.cols.n and f.position < f.fetched:
-                    f.position = f.fetched
-            if self._iter_runs is runs:
-                self._iter_runs = []
+            yield from self._iteration.hand_out(runs)
             idle_since = time.monotonic()
-
-    def _settle(self) -> None:
-        """Position of the partition whose run the iterator is in."""
-        last = self._iter_last
-        if last is not None:
-            f = self._fetches.get(TopicPartition(last.topic, last.partition))
-            if f is not None:
-                f.position = last.offset + 1
-
-    def _abandon_iteration(self) -> None:
-        """Stop a running iteration: settle, drop what it prefetched, re-read from the
-        positions."""
-        runs = self._iter_runs
-        if not runs:
-            return
-        self._settle()
-        self._iter_runs, self._iter_last = [], None
-        for f, run in runs:
-            if run and f.position is not None and f.position <= run[-1].offset:
-                f.move_to(f.position)  # not all handed out: read again from the position
-            run.clear()
 
     # ------------------------------------------------------------------ positions
 
-    def _fetch(self, tp: TopicPartition) -> _Fetch:
+    def _fetch(self, tp: TopicPartition) -> Fetch:
         f = self._fetches.get(tp)
         if f is None:
             raise UsageError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
@@ -653,10 +365,10 @@ class Consumer:
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record this consumer will hand out for ``tp``."""
         self._check_open()
-        self._settle()
+        self._iteration.settle(self._fetches)
         f = self._fetch(TopicPartition(*tp))
         if f.position is None:
-            self._init_positions([f])
+            self._fetcher.init_positions([f])
         assert f.position is not None
         return f.position
 
@@ -665,7 +377,7 @@ class Consumer:
         self._check_open()
         if not isinstance(offset, int) or offset < 0:
             raise UsageError(f"offset must be a non-negative int, not {offset!r}")
-        self._abandon_iteration()
+        self._iteration.abandon(self._fetches)
         self._fetch(TopicPartition(*tp)).move_to(offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -689,16 +401,7 @@ class Consumer:
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Per partition, the earliest record whose timestamp is >= the given one (ms)."""
-        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp, ts in timestamps.items():
-            tp = TopicPartition(*tp)
-            offset = self.log.offsets_for_times(tp.topic, tp.partition, ts)
-            found = None
-            if offset is not None:
-                for r in self.log.read(tp.topic, tp.partition, offset, max_records=1):
-                    found = OffsetAndTimestamp(r.offset, r.timestamp)
-            out[tp] = found
-        return out
+        return offsets_for_times(self.log, timestamps)
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records between each assigned partition's position and its log end."""
@@ -727,7 +430,7 @@ class Consumer:
         self._commit(clean)
 
     def _commit_positions(self, tps: list[TopicPartition]) -> None:
-        self._settle()
+        self._iteration.settle(self._fetches)
         self._commit({tp: p for tp in tps if (p := self._fetches[tp].position) is not None})
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
@@ -746,6 +449,9 @@ class Consumer:
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
         if self._store is not None and self._fetches:
             self._commit_positions(list(self._fetches))
+
+    def _committed_offsets(self) -> dict[TopicPartition, int]:
+        return self._store.read() if self._store is not None else {}
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp`` (``None`` if none, or without a group)."""

@@ -3,10 +3,9 @@
 One walk over the batch headers of a partition (:func:`scan_headers`, ~61 bytes read per
 batch; control batches are decoded for their marker type) yields:
 
-* the **aborted transactions**: producer id, first offset, offset of the ABORT marker (what
-  Kafka's ``.txnindex`` records; embedlog has no such file, so it is rebuilt here);
-* the **last stable offset**: the first offset of the oldest transaction that has no marker
-  yet; the cleaner never cleans past it;
+* the **aborted transactions** and the **last stable offset** (the cleaner never cleans past
+  it), tracked by :class:`embedlog.transactions.TxnTracker` as every reader does (embedlog has
+  no ``.txnindex`` yet, so they are rebuilt here);
 * each producer's **last data batch** and epoch (Kafka's ``lastRecordsOfActiveProducers``): that
   batch keeps at least its header, so a producer's sequence state survives compaction.
 
@@ -19,11 +18,12 @@ first given a delete horizon, then removed after it, like a tombstone).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..segment import format as fmt
 from ..segment.segment import Segment
+from ..transactions import AbortedTxn, TxnTracker, control_type, segment_markers
 
 __all__ = [
     "AbortedTxn",
@@ -31,16 +31,8 @@ __all__ = [
     "LastBatch",
     "ProducerLog",
     "control_type",
-    "iter_headers",
     "scan_headers",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    producer_id: int
-    first_offset: int
-    last_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,55 +63,24 @@ class ProducerLog:
         return header.is_control and header.producer_epoch == last.epoch
 
 
-def iter_headers(seg: Segment, position: int = 0) -> Iterator[tuple[int, fmt.BatchHeader]]:
-    """``(position, header)`` of each complete batch of ``seg`` from ``position``, reading only
-    headers (the CRC is not checked; the cleaner's main read does)."""
-    size = seg.size
-    while position + fmt.HEADER_SIZE <= size:
-        header = fmt.parse_header(seg.pread(position, fmt.HEADER_SIZE), 0)
-        if position + header.size > size:
-            return
-        yield position, header
-        position += header.size
-
-
-def control_type(raw: bytes | memoryview, header: fmt.BatchHeader) -> int | None:
-    """The marker type of the control batch ``raw`` (0 ABORT, 1 COMMIT, ...), None if it is
-    empty."""
-    if not header.records_count:
-        return None
-    records = fmt.decode_records(raw, 0, header)
-    return fmt.decode_control_record(records.key(0))[1]
-
-
 def scan_headers(segments: Sequence[Segment], end: int) -> ProducerLog:
     """Walk the headers of ``segments`` (in order) below offset ``end``."""
     out = ProducerLog()
-    open_txns: dict[int, int] = {}
-    for seg in segments:
-        for position, h in iter_headers(seg):
-            if h.base_offset >= end:
-                break
-            pid = h.producer_id
-            if pid < 0:
-                continue
-            last = out.producers.get(pid)
-            if last is None or h.producer_epoch > last.epoch:
-                last = LastBatch(None, h.producer_epoch)
-            if h.is_control:
-                out.producers[pid] = LastBatch(last.last_offset, h.producer_epoch)
-                kind = control_type(seg.pread(position, h.size), h)
-                first = open_txns.pop(pid, None)
-                if kind == fmt.CONTROL_ABORT:
-                    begin = h.base_offset if first is None else first
-                    out.aborted.append(AbortedTxn(pid, begin, h.last_offset))
-            else:
-                out.producers[pid] = LastBatch(h.last_offset, h.producer_epoch)
-                if h.is_transactional:
-                    open_txns.setdefault(pid, h.base_offset)
-    out.aborted.sort(key=lambda t: t.first_offset)
-    if open_txns:
-        out.last_stable_offset = min(open_txns.values())
+    txns = TxnTracker()
+    for h, kind in segment_markers(segments, end):
+        pid = h.producer_id
+        if pid < 0:
+            continue
+        last = out.producers.get(pid)
+        if last is None or h.producer_epoch > last.epoch:
+            last = LastBatch(None, h.producer_epoch)
+        if h.is_control:
+            out.producers[pid] = LastBatch(last.last_offset, h.producer_epoch)
+        else:
+            out.producers[pid] = LastBatch(h.last_offset, h.producer_epoch)
+        txns.on_batch(h, kind)
+    out.aborted = sorted(txns.aborted, key=lambda t: t.first_offset)
+    out.last_stable_offset = txns.last_stable_offset
     return out
 
 

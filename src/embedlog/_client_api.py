@@ -1,0 +1,88 @@
+"""What the clients (consumer, producer) may use of a log, as Protocols.
+
+The clients sit above :class:`~embedlog.Log` but must not import it (``log.py`` creates them,
+so an import back would be a loop). They are typed against these Protocols instead;
+:class:`~embedlog.Log` and :class:`~embedlog.partition.Partition` satisfy them structurally,
+which mypy checks where ``log.py`` hands itself to a client. Each member listed here is a
+promise of the storage side to the clients: widen it deliberately.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sized
+from typing import Protocol
+
+from .records import Record
+from .segment import format as fmt
+
+__all__ = ["ClientLog", "ClientPartition"]
+
+
+class ClientPartition(Protocol):
+    """One partition as a reader sees it."""
+
+    @property
+    def start_offset(self) -> int:
+        """The log start offset (records below it are gone)."""
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next appended record will get."""
+
+    @property
+    def appended(self) -> threading.Condition:
+        """Notified (under its lock) after each batch a writer in this process appends."""
+
+    @property
+    def segments(self) -> Sized:
+        """The open segments; empty once the partition was closed (its log closed or its
+        topic deleted)."""
+
+    def refresh(self) -> None:
+        """Read-only view: pick up what the writer (another process) changed; a no-op on the
+        writer's own partitions."""
+
+    def batches(
+        self, start: int, end: int | None = None, *, control: bool = False
+    ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
+        """Batches with records in ``[start, end)``, restricted to it; control batches only
+        with ``control``. :class:`~embedlog.errors.OffsetOutOfRangeError` when ``start`` lies
+        outside the log."""
+
+
+class ClientLog(Protocol):
+    """The log as the clients use it."""
+
+    @property
+    def path(self) -> str:
+        """The log's folder."""
+
+    @property
+    def read_only(self) -> bool:
+        """True for a read-only open (another process may be the writer)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def partition_count(self, topic: str) -> int: ...
+
+    def _partition_of(self, topic: str, partition: int) -> ClientPartition:
+        """The partition (embedlog's clients only: it is not public API);
+        :class:`~embedlog.errors.UnknownTopicError` if there is none."""
+
+    def start_offset(self, topic: str, partition: int) -> int: ...
+
+    def end_offset(self, topic: str, partition: int) -> int: ...
+
+    def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int) -> int | None: ...
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | None = None,
+        *,
+        max_records: int | None = None,
+        end_offset: int | None = None,
+    ) -> Iterable[Record]: ...
