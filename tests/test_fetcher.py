@@ -197,6 +197,22 @@ def test_collect_rotates_the_first_partition_and_defers_late_errors() -> None:
         fr.collect([fetches[2]], 10, None)  # nothing taken: raised at once
 
 
+def test_a_read_error_is_raised_again_and_skips_nothing() -> None:
+    p = MemoryPartition()
+    p.add([b"a"])
+    p.add([b"b"])
+    fr = fetcher()
+    f = Fetch(TP, p)
+    assert take(fr, f, limit=1) == [(0, b"a")]
+    p.fail_after = 1  # the second batch cannot be read (a damaged or vanished file)
+    for _ in range(2):
+        with pytest.raises(OSError):
+            fr.collect([f], 10, None)
+        assert f.position == 1
+    p.fail_after = None
+    assert take(fr, f) == [(1, b"b")]
+
+
 def test_runs_leave_positions_to_the_iteration_which_can_be_abandoned() -> None:
     p = MemoryPartition()
     p.add([b"a", b"b", b"c"])

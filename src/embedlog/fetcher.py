@@ -284,6 +284,9 @@ class Fetcher:
                 f.gen = None
                 self.reset(f, f"position {f.fetched} is below the log start")
                 continue
+            except BaseException:
+                f.gen = None  # the next fill reads again from f.fetched: nothing is skipped
+                raise
             f.seen = True
             f.fetched = max(f.fetched, header.next_offset)
             if not header.is_control:
