@@ -37,6 +37,9 @@ gaps left by compaction and control batches. ``isolation_level="read_committed"`
 records of open transactions and drops those of aborted ones (transactional batches of a
 producer id followed by an ABORT marker), as Kafka does below the last stable offset.
 
+**Layers.** Which partitions are read, and when, is decided here; :mod:`embedlog.fetcher` reads
+them (with the rules of :mod:`embedlog.transactions`), through :mod:`embedlog._client_api`.
+
 A consumer is used by one thread at a time (``close()`` may come from another thread).
 """
 
