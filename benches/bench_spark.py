@@ -14,6 +14,14 @@ design/performance.md: >= 0.5x Parquet, all columns, 2,000,000 records).
    of /proc/self/io, measured by running the same planned tasks in this process) against a
    full scan's.
 
+4. Planning cost (``--plan-partitions``/``--plan-segments``, no JVM): a folder of N partitions
+   of M segments each (the segments copied from one small real partition), planned by the
+   batch reader and by one streaming trigger, against opening the whole folder read-only.
+
+Each of the rows is printed with its target (issue "Past one machine"): full scan >= 1.0x
+Parquet with 1,000- and 128-record batches, ``count(*)`` >= 1.0x, ``load()`` to the first row
+within 2x Parquet's, planning 10,000 partitions / 100,000 segments well under a second.
+
 Machines are shared and noisy: compare within one run, look at the medians.
 """
 
@@ -52,13 +60,13 @@ ALL_COLUMNS_QUERY = [
 ]
 
 
-def build(workdir: str, records: int, partitions: int, value_size: int) -> tuple[str, str]:
-    """The embedlog directory and the Parquet directory holding the same rows."""
-    log_dir, pq_dir = os.path.join(workdir, "log"), os.path.join(workdir, "parquet")
-    os.makedirs(pq_dir)
+def build(workdir: str, records: int, partitions: int, value_size: int,
+          chunk: int = 1000, parquet: bool = True) -> tuple[str, str]:
+    """The embedlog directory (Kafka batches of ``chunk`` records) and the Parquet directory
+    holding the same rows."""
+    log_dir, pq_dir = os.path.join(workdir, f"log-{chunk}"), os.path.join(workdir, "parquet")
     rng = np.random.default_rng(7)
     per = records // partitions
-    chunk = 4000  # ~450 KB per batch: under max.message.bytes
     with embedlog.open(log_dir) as log:
         log.create_topic(TOPIC, partitions=partitions, config={"segment.bytes": 32 << 20})
         for p in range(partitions):
@@ -69,11 +77,14 @@ def build(workdir: str, records: int, partitions: int, value_size: int) -> tuple
                 keys = [(p * per + lo + i).to_bytes(8, "big") for i in range(n)]
                 stamps = list(range(T0 + lo, T0 + lo + n))
                 log.append_batch(TOPIC, values, keys=keys, timestamps=stamps, partition=p)
+    if not parquet:
+        return log_dir, pq_dir
     # The Parquet copy is built from the log through the reader's own conversion.
+    os.makedirs(pq_dir)
     reader = EmbedlogDataSource({"path": log_dir}).reader(kafka_schema())
-    for task in reader.partitions():
+    for i, task in enumerate(reader.partitions()):
         table = pa.Table.from_batches(list(reader.read(task)))
-        pq.write_table(table, os.path.join(pq_dir, f"part-{task.partition}-{task.start}.parquet"),
+        pq.write_table(table, os.path.join(pq_dir, f"part-{i:05d}.parquet"),
                        compression="snappy")
     return log_dir, pq_dir
 
@@ -134,54 +145,151 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--batch-sizes", default="1000,128",
+                    help="records per Kafka batch, one log each (128 is Kafka's default)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--plan-partitions", type=int, default=10_000)
+    ap.add_argument("--plan-segments", type=int, default=10)
+    ap.add_argument("--only", choices=("scan", "plan"), default=None)
     ap.add_argument("--workdir", default=None, help="default: a temporary directory")
     args = ap.parse_args()
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="embedlog-bench-spark-")
     os.makedirs(workdir, exist_ok=True)
     try:
-        t, (log_dir, pq_dir) = timed(lambda: build(workdir, args.records, args.partitions,
-                                                   args.value_size))
-        log_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(log_dir)
-                        for f in fs if f.endswith(".log"))
-        pq_bytes = sum(os.path.getsize(os.path.join(pq_dir, f)) for f in os.listdir(pq_dir))
-        print(f"data: {args.records:,} records in {args.partitions} partitions, "
-              f"{log_bytes / 2**20:.0f} MiB of segments, {pq_bytes / 2**20:.0f} MiB of Parquet "
-              f"(built in {t:.1f} s)")
-        spark = session(args.cores)
-
-        def scan_embedlog() -> Any:
-            return spark.read.format("embedlog").load(log_dir).selectExpr(
-                *ALL_COLUMNS_QUERY).collect()
-
-        def scan_parquet() -> Any:
-            return spark.read.parquet(pq_dir).selectExpr(*ALL_COLUMNS_QUERY).collect()
-
-        a, b = scan_embedlog(), scan_parquet()  # warm-up, and both must agree
-        assert a == b, (a, b)
-        assert a[0]["n"] == args.records // args.partitions * args.partitions
-        times: dict[str, list[float]] = {"embedlog": [], "parquet": []}
-        for _ in range(args.repeat):
-            times["embedlog"].append(timed(scan_embedlog)[0])
-            times["parquet"].append(timed(scan_parquet)[0])
-        n = a[0]["n"]
-        med = {k: statistics.median(v) for k, v in times.items()}
-        print(f"\nfull scan, all columns, local[{args.cores}], median of {args.repeat}:")
-        for k in ("embedlog", "parquet"):
-            runs = ", ".join(f"{x:.2f}" for x in times[k])
-            print(f"  {k:9s} {med[k]:6.2f} s  {n / med[k] / 1e6:6.2f} M rows/s   ({runs})")
-        print(f"  ratio embedlog/parquet: {med['parquet'] / med['embedlog']:.2f}x "
-              "(target >= 0.5x)")
-        print("  load average (1/5/15 min): {:.1f} {:.1f} {:.1f} on {} CPUs".format(
-            *os.getloadavg(), os.cpu_count()))
-
-        restricted(spark, log_dir, args)
-        spark.stop()
+        if args.only != "scan":
+            planning(workdir, args.plan_partitions, args.plan_segments)
+        if args.only != "plan":
+            scans(workdir, args)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return f"load average {f.read().strip()} on {os.cpu_count()} CPUs"
+
+
+def scans(workdir: str, args: argparse.Namespace) -> None:
+    """Full scans per Kafka batch size, count(*), and load() to the first row, vs Parquet."""
+    logs: dict[int, str] = {}
+    pq_dir = ""
+    for i, chunk in enumerate(int(c) for c in args.batch_sizes.split(",")):
+        t, (logs[chunk], pq) = timed(lambda chunk=chunk, i=i: build(
+            workdir, args.records, args.partitions, args.value_size, chunk, parquet=i == 0))
+        pq_dir = pq_dir or pq
+        log_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(logs[chunk])
+                        for f in fs if f.endswith(".log"))
+        print(f"data: {args.records:,} records in {args.partitions} partitions, batches of "
+              f"{chunk}: {log_bytes / 2**20:.0f} MiB of segments (built in {t:.1f} s)")
+    spark = session(args.cores)
+    queries: dict[str, Callable[[], Any]] = {
+        "parquet": lambda: spark.read.parquet(pq_dir).selectExpr(*ALL_COLUMNS_QUERY).collect(),
+    }
+    for chunk, path in logs.items():
+        queries[f"embedlog/{chunk}"] = lambda path=path: spark.read.format("embedlog").load(
+            path).selectExpr(*ALL_COLUMNS_QUERY).collect()
+    counts: dict[str, Callable[[], Any]] = {
+        "parquet": lambda: spark.read.parquet(pq_dir).count(),
+        "embedlog": lambda: spark.read.format("embedlog").load(next(iter(logs.values()))
+                                                               ).count(),
+    }
+    firsts: dict[str, Callable[[], Any]] = {
+        "parquet": lambda: spark.read.parquet(pq_dir).limit(1).collect(),
+        "embedlog": lambda: spark.read.format("embedlog").load(next(iter(logs.values()))
+                                                               ).limit(1).collect(),
+    }
+    reference = queries["parquet"]()
+    for name, q in queries.items():  # warm-up, and all must agree
+        assert q() == reference, name
+    print(f"\nSpark, local[{args.cores}], median of {args.repeat} (interleaved):")
+    for title, group, target in (("full scan, all columns", queries, 1.0),
+                                 ("count(*)", counts, 1.0),
+                                 ("load() to the first row", firsts, 0.5)):
+        med = interleaved(group, args.repeat)
+        print(f"  {title}:")
+        for name, secs in med.items():
+            ratio = med["parquet"] / secs
+            shown = "" if name == "parquet" else (
+                f"  ratio {ratio:.2f}x of Parquet (target >= {target:.1f}x)")
+            print(f"    {name:14s} {secs:6.2f} s{shown}")
+    print(f"  {loadavg()}")
+    restricted(spark, next(iter(logs.values())), args)
+    spark.stop()
+
+
+def interleaved(group: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in group}
+    for _ in range(repeat):
+        for name, q in group.items():
+            times[name].append(timed(q)[0])
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def planning(workdir: str, partitions: int, segments: int) -> None:
+    """Plan a folder of ``partitions`` x ``segments``: batch, one streaming trigger, and the
+    whole-folder read-only open the planner used to start with."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from embedlog.spark.options import parse_read_options
+    from embedlog.spark.stream import EmbedlogStreamReader
+
+    path = os.path.join(workdir, f"plan-{partitions}x{segments}")
+    t, _ = timed(lambda: build_many(path, partitions, segments))
+    print(f"planning: {partitions:,} partitions x {segments} segments (built in {t:.1f} s)")
+    reader = EmbedlogDataSource({"path": path}).reader(kafka_schema())
+    t_batch, tasks = timed(reader.partitions)
+    stream = EmbedlogStreamReader(parse_read_options({"path": path, "startingOffsets":
+                                                      "earliest"}, streaming=True),
+                                  kafka_schema())
+    start = stream.initialOffset()
+
+    def trigger() -> Any:
+        end = stream.latestOffset(start, ReadAllAvailable())
+        return stream.partitions(start, end)
+
+    t_trigger, _ = timed(trigger)
+    t_again, _ = timed(trigger)
+    print(f"  batch plan      {t_batch:6.2f} s  ({len(tasks)} tasks; target well under 1 s)")
+    print(f"  stream trigger  {t_trigger:6.2f} s  first, {t_again:6.2f} s next")
+    try:
+        t_open, _ = timed(lambda: embedlog.open(path, read_only=True).close())
+        before = f"{t_open:6.2f} s"
+    except embedlog.errors.StorageError as exc:  # one descriptor per segment
+        before = f"fails: {exc}"
+    print(f"  (whole-folder read-only open, as planning did before: {before})")
+    print(f"  {loadavg()}\n")
+
+
+def build_many(path: str, partitions: int, segments: int) -> None:
+    """One real partition of ``segments`` segments, copied ``partitions`` times (the topic
+    metadata is then edited to list them all: creating 10,000 partitions one by one is slow)."""
+    with embedlog.open(path) as log:
+        log.create_topic(TOPIC, partitions=1)
+        for s in range(segments):
+            log.append_batch(TOPIC, [b"r" * 50] * 10, partition=0)
+            if s < segments - 1:
+                log.roll(TOPIC, 0)
+    first = os.path.join(path, f"{TOPIC}-0")
+    names = os.listdir(first)
+    blobs = {}
+    for n in names:
+        with open(os.path.join(first, n), "rb") as f:
+            blobs[n] = f.read()
+    for p in range(1, partitions):
+        folder = os.path.join(path, f"{TOPIC}-{p}")
+        os.mkdir(folder)
+        for n, blob in blobs.items():
+            with open(os.path.join(folder, n), "wb") as f:
+                f.write(blob)
+    meta_path = os.path.join(path, "embedlog.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    meta["topics"][TOPIC]["partitions"] = partitions
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
 
 
 def restricted(spark: Any, log_dir: str, args: argparse.Namespace) -> None:

@@ -81,7 +81,7 @@ def test_pushdown_reader_plans_only_matching_segments(logdir: str) -> None:
     reader.pushFilters([EqualTo(("topic",), "events"), EqualTo(("partition",), 1),
                         GreaterThanOrEqual(("offset",), 60), LessThan(("offset",), 64)])
     tasks = reader.partitions()
-    assert [(t.topic, t.partition, t.start, t.end) for t in tasks] == [("events", 1, 60, 64)]
+    assert [t.ranges for t in tasks] == [(("events", 1, 60, 64),)]
     with embedlog.open(logdir, read_only=True) as log:
         seg_size = max(s.size for s in log.segments("events", 1))
         assert len(log.segments("events", 1)) > 3
@@ -97,7 +97,8 @@ def test_timestamp_lower_bound_uses_the_time_index(logdir: str) -> None:
     assert len(rest) == 1  # timestamps need not grow with offsets: Spark re-checks
     tasks = reader.partitions()
     # record i (timestamp BASE_TS + 10 i) is offset i // 3 of partition i % 3
-    assert sorted((t.partition, t.start) for t in tasks) == [(0, 84), (1, 83), (2, 83)]
+    starts = sorted((p, lo) for t in tasks for _, p, lo, _ in t.ranges)
+    assert starts == [(0, 84), (1, 83), (2, 83)]
     rows = _read_all(reader, tasks)
     assert len(rows) == 50
 

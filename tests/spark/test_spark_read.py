@@ -142,3 +142,27 @@ def test_bad_options_fail_with_a_clear_message(spark: Any, logdir: str,
 def test_missing_directory_is_a_clear_error(spark: Any, tmp_path: Any) -> None:
     with pytest.raises(Exception, match="no log directory"):
         read(spark, str(tmp_path / "absent")).count()
+
+
+def test_plans_with_no_task_return_no_rows(spark: Any, logdir: str) -> None:
+    with embedlog.open(logdir) as log:
+        if "empty" not in log.topics():
+            log.create_topic("empty", partitions=2)
+    assert read(spark, logdir, subscribe="empty").count() == 0
+    same = json.dumps({"other": {"0": 5}})
+    assert read(spark, logdir, subscribe="other", startingOffsets=same,
+                endingOffsets=same).count() == 0
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = read(spark, logdir, subscribe="other", pushFilters="true")
+        assert df.where("offset > 1000").count() == 0
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+
+
+def test_a_bad_option_fails_load_itself(spark: Any, logdir: str) -> None:
+    from pyspark.errors import PySparkException
+
+    for reader in (spark.read, spark.readStream):
+        with pytest.raises(PySparkException, match="startingOffsets: not valid JSON"):
+            reader.format("embedlog").option("startingOffsets", "bogus").load(logdir)

@@ -10,7 +10,8 @@ Spark's Kafka source, stream from it, or append to it::
 
 Spark finds the source by itself once embedlog[spark] is installed (module
 ``pyspark_embedlog``); :func:`register` does it explicitly, e.g. for a session started before
-the install.
+the install. docs/spark.md describes where the work happens (planning, tasks, the one writer)
+and the differences from Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .session import java_available, local_session
 from .source import EmbedlogDataSource
+from .stream import source_metrics
 
-__all__ = ["EmbedlogDataSource", "java_available", "local_session", "register"]
+__all__ = ["EmbedlogDataSource", "java_available", "local_session", "register",
+           "source_metrics"]
 
 
 def register(spark: Any) -> None:

@@ -12,15 +12,22 @@ Lower-precedence options are still validated, so a typo never hides.
 
 Differences from Kafka: with none of ``subscribe``/``subscribePattern``/``assign`` every topic of
 the directory is read; offset JSON may use the short form ``{"0": 23}`` when one topic is
-selected; ``minOffsetsPerTrigger`` has no ``maxTriggerDelay`` (the Python API cannot express
-it); options only a broker understands (``kafka.*``, ``groupIdPrefix``, ``fetchOffset.*``...)
-are accepted and ignored, any other unknown option is an error. embedlog's own options:
+selected; options only a broker understands (``kafka.*`` other than
+``kafka.isolation.level``, ``groupIdPrefix``, ``fetchOffset.*``...) are accepted and ignored, any
+other unknown option is an error. ``kafka.isolation.level=read_committed`` drops the records of
+aborted transactions, as a ``read_committed`` consumer does; ``maxTriggerDelay`` (Kafka's duration
+syntax, default ``15m``) lets a trigger below ``minOffsetsPerTrigger`` through once that long has
+passed since the last batch; ``maxRecordsPerPartition`` (Spark 4) caps the offsets of one Spark
+task. embedlog's own options:
 
 * ``pushFilters`` (false): use the filter-pushdown reader (also needs
   ``spark.sql.python.filterPushdown.enabled=true``);
 * ``maxRecordsPerBatch`` (32768): rows per Arrow batch handed to Spark;
-* ``maxBytesPerPartition`` (128 MiB): adjacent segments of a partition share one task up to
-  this size.
+* ``maxBytesPerPartition`` (128 MiB): adjacent segments of a partition, and small partitions,
+  share one task up to this size.
+
+Write options: ``topic``, and ``writerLockTimeoutMs`` (60000): how long a write waits for the
+log's writer lock (held by a producer or another writer) before it fails.
 """
 
 from __future__ import annotations
@@ -32,6 +39,24 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import InvalidConfigError
+from .specs import (
+    EARLIEST,
+    LATEST,
+    AllTopics,
+    Assign,
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    OffsetSpec,
+    PartitionOffsets,
+    PartitionTimestamps,
+    Subscribe,
+    SubscribePattern,
+    TopicSelection,
+    json_object,
+    partition_table,
+    tp_name,
+)
 
 __all__ = [
     "EARLIEST",
@@ -49,15 +74,11 @@ __all__ = [
     "SubscribePattern",
     "TopicSelection",
     "WriteOptions",
+    "check_read_options",
     "parse_include_headers",
     "parse_read_options",
     "parse_write_options",
 ]
-
-EARLIEST = -2
-"""In offset JSON, Kafka's marker for "the log start offset"."""
-LATEST = -1
-"""In offset JSON, Kafka's marker for "the log end offset"."""
 
 DEFAULT_BATCH_ROWS = 32_768
 """Rows per Arrow batch handed to Spark; spark.md measured 16-64k as the sweet spot."""
@@ -67,86 +88,13 @@ DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 # Options of Spark's Kafka source that make no sense without a broker; accepted and ignored so
 # that a Kafka job runs unchanged apart from format and path.
 _IGNORED_PREFIXES = ("kafka.", "fetchoffset.")
-_IGNORED = frozenset({"groupidprefix", "kafkaconsumer.polltimeoutms", "maxtriggerdelay"})
-
-
-# -- topic selection -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AllTopics:
-    """No subscribe/subscribePattern/assign option: every topic of the directory."""
-
-
-@dataclass(frozen=True)
-class Subscribe:
-    """``subscribe``: a comma-separated list of topic names."""
-
-    topics: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SubscribePattern:
-    """``subscribePattern``: topics whose whole name matches the regex."""
-
-    pattern: str
-
-    def matches(self, topic: str) -> bool:
-        return re.fullmatch(self.pattern, topic) is not None
-
-
-@dataclass(frozen=True)
-class Assign:
-    """``assign``: explicit partitions, JSON ``{"topicA": [0, 1], "topicB": [2]}``."""
-
-    partitions: tuple[tuple[str, int], ...]
-
-
-TopicSelection = AllTopics | Subscribe | SubscribePattern | Assign
-
-
-# -- offset specifications -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Earliest:
-    """``"earliest"``: the log start offset of every partition."""
-
-
-@dataclass(frozen=True)
-class Latest:
-    """``"latest"``: the log end offset of every partition."""
-
-
-@dataclass(frozen=True)
-class PartitionOffsets:
-    """Kafka's offset JSON. ``-2`` = earliest, ``-1`` = latest.
-
-    ``offsets`` maps topic -> partition -> offset. The topic ``None`` stands for "the one selected
-    topic", from the short form ``{"0": 23}``.
-    """
-
-    option: str
-    offsets: Mapping[str | None, Mapping[int, int]]
-
-
-@dataclass(frozen=True)
-class GlobalTimestamp:
-    """``startingTimestamp`` / ``endingTimestamp``: one epoch-ms timestamp for all partitions."""
-
-    option: str
-    timestamp: int
-
-
-@dataclass(frozen=True)
-class PartitionTimestamps:
-    """``...OffsetsByTimestamp``: JSON ``{"topicA": {"0": 1000}}`` of epoch-ms timestamps."""
-
-    option: str
-    timestamps: Mapping[str | None, Mapping[int, int]]
-
-
-OffsetSpec = Earliest | Latest | PartitionOffsets | GlobalTimestamp | PartitionTimestamps
+_IGNORED = frozenset({"groupidprefix", "kafkaconsumer.polltimeoutms"})
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+"""Kafka's default ``maxTriggerDelay`` (15m)."""
+DEFAULT_WRITER_LOCK_TIMEOUT_MS = 60_000
+"""How long a Spark write waits for the writer lock by default."""
+_DURATION_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                   "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True)
@@ -166,6 +114,9 @@ class ReadOptions:
     push_filters: bool = False
     batch_rows: int = DEFAULT_BATCH_ROWS
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    max_records_per_partition: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    read_committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,6 +125,7 @@ class WriteOptions:
 
     path: str
     topic: str | None = None
+    lock_timeout_ms: int = DEFAULT_WRITER_LOCK_TIMEOUT_MS
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -200,6 +152,9 @@ _KNOWN_READ = frozenset(
         "pushfilters",
         "maxrecordsperbatch",
         "maxbytesperpartition",
+        "maxrecordsperpartition",
+        "maxtriggerdelay",
+        "kafka.isolation.level",
         "topic",
     }
 )
@@ -242,12 +197,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         raise InvalidConfigError(
             f"startingOffsetsByTimestampStrategy: expected 'error' or 'latest', got {strategy!r}"
         )
-    max_rows = _positive_int(opts, "maxOffsetsPerTrigger")
-    min_rows = _positive_int(opts, "minOffsetsPerTrigger")
-    if max_rows is not None and min_rows is not None and min_rows > max_rows:
-        raise InvalidConfigError(
-            f"minOffsetsPerTrigger ({min_rows}) must not exceed maxOffsetsPerTrigger ({max_rows})"
-        )
+    max_rows, min_rows = _trigger_limits(opts)
     return ReadOptions(
         path=_path(opts),
         selection=selection,
@@ -264,7 +214,22 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_partition_bytes=(
             _positive_int(opts, "maxBytesPerPartition") or DEFAULT_MAX_PARTITION_BYTES
         ),
+        max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+        read_committed=_isolation(opts),
     )
+
+
+def check_read_options(options: Mapping[str, str]) -> None:
+    """Raise what :func:`parse_read_options` would raise for *both* a batch and a streaming
+    read (the check ``load()`` can make before Spark says which it is)."""
+    try:
+        parse_read_options(options, streaming=False)
+    except InvalidConfigError as batch_error:
+        try:
+            parse_read_options(options, streaming=True)
+        except InvalidConfigError:
+            raise batch_error from None
 
 
 def parse_include_headers(options: Mapping[str, str]) -> bool:
@@ -280,7 +245,48 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         topic = topic.strip()
         if not topic:
             raise InvalidConfigError("topic: must not be empty")
-    return WriteOptions(path=_path(opts), topic=topic)
+    timeout = opts.get("writerlocktimeoutms", str(DEFAULT_WRITER_LOCK_TIMEOUT_MS))
+    try:
+        lock_timeout_ms = int(timeout.strip())
+    except ValueError:
+        lock_timeout_ms = -1
+    if lock_timeout_ms < 0:
+        raise InvalidConfigError(
+            f"writerLockTimeoutMs: expected milliseconds >= 0, got {timeout!r}")
+    return WriteOptions(path=_path(opts), topic=topic, lock_timeout_ms=lock_timeout_ms)
+
+
+def _trigger_limits(opts: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """``maxOffsetsPerTrigger`` and ``minOffsetsPerTrigger``, checked against each other."""
+    max_rows = _positive_int(opts, "maxOffsetsPerTrigger")
+    min_rows = _positive_int(opts, "minOffsetsPerTrigger")
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise InvalidConfigError(
+            f"minOffsetsPerTrigger ({min_rows}) must not exceed maxOffsetsPerTrigger ({max_rows})"
+        )
+    return max_rows, min_rows
+
+
+def _isolation(opts: Mapping[str, str]) -> bool:
+    level = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if level not in ("read_uncommitted", "read_committed"):
+        raise InvalidConfigError(
+            "kafka.isolation.level: expected 'read_uncommitted' or 'read_committed', "
+            f"got {level!r}")
+    return level == "read_committed"
+
+
+def _duration_ms(opts: Mapping[str, str], key: str, default: int) -> int:
+    """Spark's time strings: ``15m``, ``30s``, ``500ms``, ``2h``, ``1d``; a bare number is
+    milliseconds."""
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if m is None or m.group(2) not in ("", *_DURATION_UNITS):
+        raise InvalidConfigError(
+            f"{key}: expected a duration such as '15m', '30s' or '500ms', got {raw!r}")
+    return int(int(m.group(1)) * _DURATION_UNITS.get(m.group(2) or "ms", 1))
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -341,7 +347,7 @@ def _selection(opts: Mapping[str, str]) -> TopicSelection:
 
 
 def _assign(text: str) -> tuple[tuple[str, int], ...]:
-    data = _json_object("assign", text, '{"topicA": [0, 1], "topicB": [2, 4]}')
+    data = json_object("assign", text, '{"topicA": [0, 1], "topicB": [2, 4]}')
     pairs: list[tuple[str, int]] = []
     for topic, parts in data.items():
         if not isinstance(parts, list):
@@ -371,12 +377,12 @@ def _offset_spec(
         raw = opts[timestamp_key.lower()].strip()
         candidates.append(GlobalTimestamp(timestamp_key, _timestamp(timestamp_key, raw)))
     if by_timestamp_key.lower() in opts:
-        table = _partition_table(by_timestamp_key, opts[by_timestamp_key.lower()])
+        table = partition_table(by_timestamp_key, opts[by_timestamp_key.lower()])
         for topic, parts in table.items():
             for p, ts in parts.items():
                 if ts < 0:
                     raise InvalidConfigError(
-                        f"{by_timestamp_key}: timestamp {ts} for {_tp_name(topic, p)} "
+                        f"{by_timestamp_key}: timestamp {ts} for {tp_name(topic, p)} "
                         "must be >= 0 (epoch milliseconds)"
                     )
         candidates.append(PartitionTimestamps(by_timestamp_key, table))
@@ -396,10 +402,10 @@ def _offsets(key: str, raw: str, allow_latest: bool, allow_earliest: bool) -> Of
         if not allow_latest:
             raise InvalidConfigError(f"{key}: 'latest' is not allowed for batch queries")
         return Latest()
-    table = _partition_table(key, raw)
+    table = partition_table(key, raw)
     for topic, parts in table.items():
         for p, off in parts.items():
-            where = _tp_name(topic, p)
+            where = tp_name(topic, p)
             if off == LATEST and not allow_latest:
                 raise InvalidConfigError(
                     f"{key}: -1 (latest) for {where} is not allowed for batch queries"
@@ -412,50 +418,6 @@ def _offsets(key: str, raw: str, allow_latest: bool, allow_earliest: bool) -> Of
                     "-2 (earliest) or -1 (latest)"
                 )
     return PartitionOffsets(key, table)
-
-
-def _partition_table(key: str, raw: str) -> dict[str | None, dict[int, int]]:
-    """``{"topic": {"0": n}}`` (or the single-topic short form ``{"0": n}``) as ints."""
-    data = _json_object(key, raw, '{"topicA": {"0": 23, "1": -2}}')
-    if data and all(_is_int(v) for v in data.values()):
-        return {None: _partition_numbers(key, None, data)}
-    table: dict[str | None, dict[int, int]] = {}
-    for topic, parts in data.items():
-        if not isinstance(parts, dict):
-            raise InvalidConfigError(
-                f"{key}: value for topic {topic!r} must be an object of partition -> number"
-            )
-        table[topic] = _partition_numbers(key, topic, parts)
-    if not table:
-        raise InvalidConfigError(f"{key}: no partitions given")
-    return table
-
-
-def _partition_numbers(key: str, topic: str | None, parts: dict[str, object]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for p_text, value in parts.items():
-        try:
-            p = int(p_text)
-        except ValueError:
-            raise InvalidConfigError(
-                f"{key}: partition {p_text!r} of topic {topic!r} is not a number"
-            ) from None
-        if p < 0:
-            raise InvalidConfigError(f"{key}: partition {p} of topic {topic!r} is negative")
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidConfigError(f"{key}: value for {_tp_name(topic, p)} must be an integer")
-        out[p] = value
-    return out
-
-
-def _json_object(key: str, raw: str, example: str) -> dict[str, object]:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise InvalidConfigError(f"{key}: not valid JSON: {raw!r} (example: {example})") from None
-    if not isinstance(data, dict):
-        raise InvalidConfigError(f"{key}: expected a JSON object such as {example}, got {raw!r}")
-    return data
 
 
 def _timestamp(key: str, raw: str) -> int:
@@ -491,11 +453,3 @@ def _positive_int(opts: Mapping[str, str], key: str) -> int | None:
     if value <= 0:
         raise InvalidConfigError(f"{key}: expected a positive integer, got {value}")
     return value
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _tp_name(topic: str | None, partition: int) -> str:
-    return f"{topic}-{partition}" if topic is not None else f"partition {partition}"

@@ -9,14 +9,23 @@ fake. Steps:
 3. :func:`offset_ranges`: pair start and end, applying ``failOnDataLoss`` when an offset is
    outside ``[log start, log end]``.
 4. :func:`split_ranges`: cut each range at segment boundaries (adjacent small segments share a
-   task up to ``maxBytesPerPartition``, a bigger segment is cut by offsets to fit), then split
-   further when ``minPartitions`` asks for more tasks, proportionally to volume as Kafka's
-   ``KafkaOffsetRangeCalculator`` does.
+   task up to ``maxBytesPerPartition``, a bigger segment is cut by offsets to fit; no piece holds
+   more than ``maxRecordsPerPartition`` offsets), then split further when ``minPartitions`` asks
+   for more tasks, proportionally to volume as Kafka's ``KafkaOffsetRangeCalculator`` does.
+5. :func:`pack`: put small ranges -- of different partitions -- together into one task, the way
+   Spark's file sources pack small files: each range costs its bytes plus
+   :data:`OPEN_COST_BYTES`, and a task is filled up to ``min(maxBytesPerPartition, max(open
+   cost, total cost / parallelism))``. Thousands of tiny partitions thus become a few tasks
+   (a Spark task costs milliseconds of scheduling; opening a partition's segment, far less).
+
+Planning asks the log only about the selected partitions (:class:`LogView`;
+:class:`embedlog.spark.catalog.FolderView` reads each of them once per query).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -40,6 +49,7 @@ from .options import (
 )
 
 __all__ = [
+    "OPEN_COST_BYTES",
     "LogView",
     "OffsetRange",
     "RangeFilter",
@@ -47,13 +57,19 @@ __all__ = [
     "TopicPartition",
     "constrain",
     "offset_ranges",
+    "pack",
     "plan_batch",
+    "plan_tasks",
     "resolve_offsets",
     "select_partitions",
     "split_ranges",
 ]
 
 TopicPartition = tuple[str, int]
+
+OPEN_COST_BYTES = 1024 * 1024
+"""What planning charges for starting to read one more range in a task, in bytes of records
+(Spark's ``spark.sql.files.openCostInBytes`` plays the same part for files)."""
 
 
 class SegmentView(Protocol):
@@ -314,15 +330,51 @@ def split_ranges(
     *,
     max_partition_bytes: int,
     min_partitions: int | None = None,
+    max_records: int | None = None,
 ) -> list[OffsetRange]:
     """Cut ranges into read tasks: one per segment run of at most ``max_partition_bytes``
-    (at least one segment), then more if ``min_partitions`` asks for more."""
+    (at least one segment) and at most ``max_records`` offsets, then more if
+    ``min_partitions`` asks for more."""
     tasks: list[OffsetRange] = []
     for rng in ranges:
         tasks.extend(_by_segment(rng, log.segments(rng.topic, rng.partition),
                                  log.end_offset(rng.topic, rng.partition), max_partition_bytes))
+    if max_records is not None:
+        tasks = [part for t in tasks for part in _cut(t, -(-t.count // max_records))]
     if min_partitions is not None and len(tasks) < min_partitions:
         tasks = _spread(tasks, min_partitions)
+    return tasks
+
+
+def pack(
+    ranges: Sequence[OffsetRange],
+    *,
+    max_partition_bytes: int,
+    parallelism: int | None = None,
+    max_records: int | None = None,
+) -> list[tuple[OffsetRange, ...]]:
+    """Group ``ranges`` (in their order) into tasks of about
+    ``min(max_partition_bytes, max(OPEN_COST_BYTES, total cost / parallelism))`` bytes, each
+    range costing its size plus :data:`OPEN_COST_BYTES`; with ``max_records`` a task also
+    holds at most that many offsets. ``parallelism`` defaults to the CPU count."""
+    if not ranges:
+        return []
+    cores = parallelism or os.cpu_count() or 1
+    total = sum(r.size_bytes + OPEN_COST_BYTES for r in ranges)
+    target = min(max_partition_bytes, max(OPEN_COST_BYTES, total // cores))
+    tasks: list[tuple[OffsetRange, ...]] = []
+    current: list[OffsetRange] = []
+    cost = count = 0
+    for rng in ranges:
+        more = rng.size_bytes + OPEN_COST_BYTES
+        full = cost + more > target or (max_records is not None
+                                        and count + rng.count > max_records)
+        if current and full:
+            tasks.append(tuple(current))
+            current, cost, count = [], 0, 0
+        current.append(rng)
+        cost, count = cost + more, count + rng.count
+    tasks.append(tuple(current))
     return tasks
 
 
@@ -387,8 +439,9 @@ def _cut(task: OffsetRange, parts: int) -> list[OffsetRange]:
 
 def plan_batch(
     log: LogView, options: ReadOptions, restrict: RangeFilter | None = None
-) -> list[OffsetRange]:
-    """The read tasks of a batch query: every step above, then ``restrict`` (pushed filters)."""
+) -> list[tuple[OffsetRange, ...]]:
+    """The read tasks of a batch query: every step above, with ``restrict`` (pushed filters)
+    applied before splitting. An empty list when nothing is to be read."""
     tps = select_partitions(log, options.selection, strict=True)
     if restrict is not None:
         tps = [tp for tp in tps if restrict.wants_topic(tp[0]) and restrict.wants_partition(tp[1])]
@@ -399,12 +452,23 @@ def plan_batch(
     ranges = offset_ranges(log, starts, ends, fail_on_data_loss=options.fail_on_data_loss)
     if restrict is not None:
         ranges = constrain(log, ranges, restrict)
-    return split_ranges(
+    return plan_tasks(log, ranges, options)
+
+
+def plan_tasks(
+    log: LogView, ranges: Iterable[OffsetRange], options: ReadOptions
+) -> list[tuple[OffsetRange, ...]]:
+    """Steps 4 and 5 with the options' limits (batch and streaming alike)."""
+    pieces = split_ranges(
         log,
         ranges,
         max_partition_bytes=options.max_partition_bytes,
         min_partitions=options.min_partitions,
+        max_records=options.max_records_per_partition,
     )
+    return pack(pieces, max_partition_bytes=options.max_partition_bytes,
+                parallelism=options.min_partitions,
+                max_records=options.max_records_per_partition)
 
 
 def constrain(log: LogView, ranges: Iterable[OffsetRange], restrict: RangeFilter

@@ -1,13 +1,19 @@
-"""Executor side: read one planned offset range as Arrow batches.
+"""Executor side: read the offset ranges of one planned task as Arrow batches.
 
-A task carries only the log directory, the partition and the offsets fixed at planning
-(:class:`ReadTask`), so any executor that sees the directory can run it. Rolled segments never
-change, and the active segment is read only up to the end offset chosen at planning, so a writer
-appending meanwhile does not disturb the read.
+A task carries only the log directory and the ranges fixed at planning -- one or more
+``(topic, partition, start, end)``, several when small partitions were packed together
+(:class:`ReadTask`) -- so any executor that sees the directory can run it, with read access
+only. Rolled segments never change, and the active segment is read only up to the end offset
+chosen at planning, so a writer appending meanwhile does not disturb the read.
 
-Each Python worker keeps its read-only :class:`embedlog.Log` per directory between tasks (Spark
-reuses workers), so opening the directory is paid once per worker, not once per task; planning on
-the driver opens a fresh view each time (:func:`planning_log`).
+Each Python worker keeps one :class:`~embedlog.spark.catalog.FolderView` per directory between
+tasks (Spark reuses workers): it opens only the partitions the worker's tasks read, and keeps a
+few of them open for the next task.
+
+With ``read_committed`` the records go through a ``read_committed`` :class:`embedlog.Consumer`
+(the storage-side transaction filter every reader shares): records of aborted transactions are
+dropped. A range reaching into a transaction that is still open when the task runs fails the
+task rather than silently skipping the withheld records.
 """
 
 from __future__ import annotations
@@ -16,81 +22,181 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from .._batch import record_batch
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..log import open as open_log
+from ..records import Record, TopicPartition
 from .arrow import ArrowBatcher
+from .catalog import FolderView
+from .planning import OffsetRange
 
-__all__ = ["ReadTask", "planning_log", "read_task", "reader_log"]
+__all__ = ["ReadTask", "Slice", "make_tasks", "planning_log", "read_task", "reader_log",
+           "reader_view"]
+
+
+Slice = tuple[str, int, int, int]
+"""``(topic, partition, start, end)``: offsets ``[start, end)`` of one partition."""
 
 
 @dataclass(frozen=True)
 class ReadTask(InputPartition):  # type: ignore[misc]
-    """One Spark input partition: offsets ``[start, end)`` of ``topic``-``partition``."""
+    """One Spark input partition: the offset ranges (:data:`Slice`) one task reads, in order."""
 
     path: str
-    topic: str
-    partition: int
-    start: int
-    end: int
+    ranges: tuple[Slice, ...]
     fail_on_data_loss: bool = True
     size_bytes: int = 0
+    read_committed: bool = False
 
 
 _LOGS: dict[tuple[str, int, int], Log] = {}
-_LOGS_LOCK = threading.Lock()
+_VIEWS: dict[tuple[str, int, int], FolderView] = {}
+_LOCK = threading.Lock()
+
+
+def make_tasks(path: str, planned: Sequence[Sequence[OffsetRange]], *,
+               fail_on_data_loss: bool, read_committed: bool) -> list[InputPartition]:
+    """Spark input partitions for planned tasks. Spark turns an empty list into one
+    ``InputPartition(None)``; :func:`read_task` reads nothing for it, so a query with nothing
+    to read returns no rows (as Kafka's source does)."""
+    return [
+        ReadTask(path, tuple((r.topic, r.partition, r.start, r.end) for r in task),
+                 fail_on_data_loss, sum(r.size_bytes for r in task), read_committed)
+        for task in planned
+    ]
 
 
 def planning_log(path: str) -> Log:
-    """A fresh read-only :class:`Log` for the driver: it sees the current log start offsets
-    and topics (a long-lived read-only view follows new segments, but not a log start moved
-    inside a segment by ``delete_records``). Close it after planning."""
+    """A fresh read-only :class:`Log` of the whole folder (the writer's checks; planning uses
+    :class:`~embedlog.spark.catalog.FolderView`). Close it after use."""
     if not os.path.isdir(path):
         raise UsageError(f"no log directory at {path}")
     return open_log(path, read_only=True)
 
 
 def reader_log(path: str) -> Log:
-    """A cached read-only :class:`Log` for executors (reopened if the directory was replaced).
-    Tasks only read offset ranges checked at planning, so the cache may lag slightly."""
+    """A cached read-only :class:`Log` of the whole folder (the ``read_committed`` path, which
+    reads through a consumer)."""
+    key = _key(path)
+    with _LOCK:
+        log = _LOGS.get(key)
+        if log is None or log.closed:
+            log = _LOGS[key] = open_log(path, read_only=True)
+        return log
+
+
+def reader_view(path: str) -> FolderView:
+    """This worker's :class:`FolderView` of ``path`` (a new one if the folder was replaced),
+    refreshed: it sees the folder as it is now."""
+    key = _key(path)
+    with _LOCK:
+        view = _VIEWS.get(key)
+        if view is None:
+            view = _VIEWS[key] = FolderView(path)
+        view.refresh()
+        return view
+
+
+def _key(path: str) -> tuple[str, int, int]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise UsageError(f"no log directory at {path}") from None
-    key = (os.path.abspath(path), st.st_dev, st.st_ino)
-    with _LOGS_LOCK:
-        log = _LOGS.get(key)
-        if log is None or log.closed:
-            log = open_log(path, read_only=True)
-            _LOGS[key] = log
-        return log
+    return (os.path.abspath(path), st.st_dev, st.st_ino)
 
 
 def read_task(
-    task: ReadTask, columns: Sequence[str], schema: pa.Schema, batch_rows: int
+    task: InputPartition, columns: Sequence[str], schema: pa.Schema, batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the task's records as ``RecordBatch``es of ``schema``."""
-    log = reader_log(task.path)
-    start, end = task.start, task.end
-    log_start, log_end = log.start_offset(task.topic, task.partition), log.end_offset(
-        task.topic, task.partition
-    )
-    if start < log_start or end > log_end:
-        if task.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"{task.topic}-{task.partition}: offsets [{start}, {end}) planned for this task "
-                f"are no longer all in the log, which now holds [{log_start}, {log_end}) "
-                "(retention or truncation ran after planning). Set failOnDataLoss=false to "
-                "read what is left instead"
-            )
-        start, end = max(start, log_start), min(end, log_end)
-        if start >= end:
-            return
-    batcher = ArrowBatcher(task.topic, task.partition, columns, schema, batch_rows)
-    for batch in log.read_batches(task.topic, task.partition, start, end):
-        yield from batcher.add(batch.timestamp_type, batch)
-    yield from batcher.flush()
+    """Yield the task's records as ``RecordBatch``es of ``schema`` (nothing for anything but a
+    :class:`ReadTask`: Spark's stand-in for an empty plan)."""
+    if not isinstance(task, ReadTask) or not task.ranges:
+        return
+    view = reader_view(task.path)
+    for topic, partition, start, end in task.ranges:
+        p = view.reader(topic, partition)
+        checked = _check(p.start_offset, p.end_offset, task, topic, partition, start, end)
+        if checked is None:
+            continue
+        start, end = checked
+        if task.read_committed:
+            log = reader_log(task.path)
+            yield from _committed(log, topic, partition, start, end, columns, schema, batch_rows)
+            continue
+        batcher = ArrowBatcher(topic, partition, columns, schema, batch_rows)
+        for header, records in p.batches(start, end):
+            batch = record_batch(topic, partition, header, records)
+            yield from batcher.add(header.timestamp_type, batch)
+        yield from batcher.flush()
+
+
+def _check(log_start: int, log_end: int, task: ReadTask, topic: str, partition: int,
+           start: int, end: int) -> tuple[int, int] | None:
+    """``[start, end)`` if the log (now ``[log_start, log_end)``) still holds it all; else an
+    error, or with ``failOnDataLoss=false`` what is left (``None`` if nothing)."""
+    if log_start <= start and end <= log_end:
+        return start, end
+    if task.fail_on_data_loss:
+        raise OffsetOutOfRangeError(
+            f"{topic}-{partition}: offsets [{start}, {end}) planned for this task "
+            f"are no longer all in the log, which now holds [{log_start}, {log_end}) "
+            "(retention or truncation ran after planning). Set failOnDataLoss=false to "
+            "read what is left instead"
+        )
+    start, end = max(start, log_start), min(end, log_end)
+    return (start, end) if start < end else None
+
+
+def _committed(log: Log, topic: str, partition: int, start: int, end: int,
+               columns: Sequence[str], schema: pa.Schema, batch_rows: int
+               ) -> Iterator[pa.RecordBatch]:
+    """``read_committed``: the records a ``read_committed`` consumer returns in the range."""
+    tp = TopicPartition(topic, partition)
+    consumer = log.consumer(isolation_level="read_committed", max_poll_records=batch_rows)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        while consumer.position(tp) < end:
+            got = [r for r in consumer.poll(max_records=batch_rows) if r.offset < end]
+            if not got:
+                raise UsageError(
+                    f"{topic}-{partition}: a transaction still open at offset "
+                    f"{consumer.position(tp)} holds back the records up to {end} planned for "
+                    "this read_committed task; retry once it is committed or aborted"
+                )
+            yield _records_batch(got, topic, partition, columns, schema)
+    finally:
+        consumer.close(autocommit=False)
+
+
+def _records_batch(records: Sequence[Record], topic: str, partition: int,
+                   columns: Sequence[str], schema: pa.Schema) -> pa.RecordBatch:
+    """Consumer records as one ``RecordBatch`` of ``schema`` (the ``read_committed`` path)."""
+    n = len(records)
+    values: dict[str, list[Any]] = {
+        "key": [r.key for r in records],
+        "value": [r.value for r in records],
+        "topic": [topic] * n,
+        "partition": [partition] * n,
+        "offset": [r.offset for r in records],
+        "timestamp": [r.timestamp * 1000 for r in records],
+        "timestampType": [r.timestamp_type for r in records],
+    }
+    arrays = []
+    for i, name in enumerate(columns):
+        arrow_type = schema.field(i).type
+        if name == "headers":
+            arrays.append(pa.array(
+                [[{"key": k, "value": v} for k, v in r.headers] if r.headers else None
+                 for r in records], type=arrow_type))
+        elif name == "timestamp":
+            arrays.append(pa.array(values[name], type=pa.int64()).view(arrow_type))
+        else:
+            arrays.append(pa.array(values[name], type=arrow_type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -11,6 +11,7 @@ filters on topic, partition, offset and timestamp into narrower offset ranges.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -24,15 +25,17 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .catalog import FolderView
 from .options import (
     ReadOptions,
+    check_read_options,
     parse_include_headers,
     parse_read_options,
     parse_write_options,
 )
 from .planning import RangeFilter, plan_batch
 from .pushdown import push_filters
-from .scan import ReadTask, planning_log, read_task
+from .scan import make_tasks, read_task
 from .schema import arrow_schema, kafka_schema, resolve_columns
 
 __all__ = ["EmbedlogDataSource", "EmbedlogPushdownReader", "EmbedlogReader"]
@@ -47,8 +50,10 @@ class EmbedlogDataSource(DataSource):  # type: ignore[misc]
         return "embedlog"
 
     def schema(self) -> StructType:
-        # Called for batch and streaming alike, before Spark says which: check only what the
-        # schema depends on; reader() / streamReader() validate the rest.
+        # Called by load() for batch and streaming alike, before Spark says which: every option
+        # is checked here, so a bad one fails load() itself; what is valid for only one kind
+        # (endingOffsets, startingOffsets=latest) is checked by reader() / streamReader().
+        check_read_options(self.options)
         return kafka_schema(parse_include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -73,28 +78,36 @@ class EmbedlogDataSource(DataSource):  # type: ignore[misc]
 
 
 class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
-    """Batch reader: plans one task per (partition, segment run) and yields Arrow batches."""
+    """Batch reader: plans tasks of one or more offset ranges and yields Arrow batches.
+
+    The offsets are resolved once per reader (one query) against one snapshot of the selected
+    partitions, so ``earliest``/``latest`` and the data-loss checks agree however the log moves
+    meanwhile."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
         self.columns = resolve_columns(schema)
+        self._planned: list[InputPartition] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_planned"] = None  # executors need the options and schema, not every task
+        return state
 
     def _restrict(self) -> RangeFilter | None:
         return None
 
     def partitions(self) -> list[InputPartition]:
-        opts = self.options
-        with planning_log(opts.path) as log:
-            ranges = plan_batch(log, opts, self._restrict())
-        return [
-            ReadTask(opts.path, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
-                     r.size_bytes)
-            for r in ranges
-        ]
+        if self._planned is None:
+            opts = self.options
+            planned = plan_batch(FolderView(opts.path), opts, self._restrict())
+            self._planned = make_tasks(opts.path, planned,
+                                       fail_on_data_loss=opts.fail_on_data_loss,
+                                       read_committed=opts.read_committed)
+        return list(self._planned)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
         return read_task(
             partition, self.columns, arrow_schema(self.schema), self.options.batch_rows
         )

@@ -3,21 +3,39 @@
 Offsets are Kafka's checkpoint shape, ``{"<topic>": {"<partition>": next_offset}}``. The
 reader supports admission control (``maxOffsetsPerTrigger`` -> ``ReadMaxRows``, split across
 partitions in proportion to their backlog as Kafka does; ``minOffsetsPerTrigger`` ->
-``ReadMinRows``, without ``maxTriggerDelay``, which the Python API cannot express) and
-``Trigger.AvailableNow`` (the end offsets at start are the target; later records wait for the
-next run). Partitions that appear during a query start at their earliest offset. A checkpointed
-offset that retention has since removed fails the query unless ``failOnDataLoss=false``, in which
-case reading resumes at the log start.
+``ReadMinRows``, with ``maxTriggerDelay``: a smaller backlog waits until that long has passed
+since the last admitted batch, or since the query started) and ``Trigger.AvailableNow`` (the end
+offsets at start are the target; later records wait for the next run). Partitions that appear
+during a query start at their earliest offset. A checkpointed offset that retention has since
+removed fails the query unless ``failOnDataLoss=false``, in which case reading resumes at the log
+start.
+
+The initial offsets (``startingOffsets``, ``latest`` by default) are resolved once, on the first
+``initialOffset`` call, and then kept: Spark may ask again before the first batch is written to
+the checkpoint's offsets log, and a log growing meanwhile must not move the start. From the first
+batch on, the checkpoint holds them.
 
 Spark calls ``latestOffset``, ``partitions`` and ``commit`` in one long-lived driver-side Python
-process, so the availableNow target kept on ``self`` survives between calls; ``read`` runs on
-executors with everything it needs in the :class:`~embedlog.spark.scan.ReadTask`.
+process, so state kept on ``self`` survives between calls: the initial offsets, the availableNow
+target, the time of the last admitted batch, and one
+:class:`~embedlog.spark.catalog.FolderView`, refreshed once per trigger, that reads only the
+selected partitions. ``read`` runs on executors with everything it needs in the
+:class:`~embedlog.spark.scan.ReadTask`.
+
+The Python data source API has no hook for custom source metrics, so Kafka's
+``avgOffsetsBehindLatest``/``maxOffsetsBehindLatest``/``minOffsetsBehindLatest`` cannot appear in
+``progress.sources[i].metrics``; the source reports its latest offsets
+(``progress.sources[i].latestOffset``) and :func:`source_metrics` derives the three from a
+progress entry.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -31,19 +49,25 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..log import Log
+from .catalog import FolderView
 from .options import ReadOptions
 from .planning import (
     OffsetRange,
     TopicPartition,
+    plan_tasks,
     resolve_offsets,
     select_partitions,
-    split_ranges,
 )
-from .scan import ReadTask, planning_log, read_task
+from .scan import make_tasks, read_task
 from .schema import arrow_schema, resolve_columns
 
-__all__ = ["EmbedlogStreamReader", "offsets_from_json", "offsets_to_json", "rate_limit"]
+__all__ = [
+    "EmbedlogStreamReader",
+    "offsets_from_json",
+    "offsets_to_json",
+    "rate_limit",
+    "source_metrics",
+]
 
 Offsets = dict[TopicPartition, int]
 
@@ -77,29 +101,59 @@ def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartiti
     return out
 
 
+def source_metrics(source: Mapping[str, Any] | Any) -> dict[str, str]:
+    """Kafka's source metrics from one ``progress["sources"][i]`` entry (a dict, or pyspark's
+    ``SourceProgress``): how far the batch's end offsets are behind the latest offsets, per
+    partition, as ``avgOffsetsBehindLatest`` / ``maxOffsetsBehindLatest`` /
+    ``minOffsetsBehindLatest`` strings (Kafka's format). Empty when either offset is missing."""
+    def field(name: str) -> Any:
+        value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+        return json.loads(value) if isinstance(value, str) else value
+
+    end, latest = field("endOffset"), field("latestOffset")
+    if not isinstance(end, Mapping) or not isinstance(latest, Mapping):
+        return {}
+    done, newest = offsets_from_json(end), offsets_from_json(latest)
+    behind = [max(0, newest[tp] - done.get(tp, newest[tp])) for tp in newest]
+    if not behind:
+        return {}
+    return {
+        "avgOffsetsBehindLatest": str(float(sum(behind)) / len(behind)),
+        "maxOffsetsBehindLatest": str(max(behind)),
+        "minOffsetsBehindLatest": str(min(behind)),
+    }
+
+
 class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Micro-batch reader with admission control and ``Trigger.AvailableNow``."""
 
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
         self.schema = schema
         self.columns = resolve_columns(schema)
+        self._clock = clock
+        self._view = FolderView(options.path)
+        self._initial: dict[str, dict[str, int]] | None = None
         self._target: Offsets | None = None
+        self._last_admitted = clock()
 
     # -- offsets (driver) ------------------------------------------------------------------
 
-    def _partitions(self, log: Log) -> list[TopicPartition]:
-        return select_partitions(log, self.options.selection, strict=False)
+    def _partitions(self) -> list[TopicPartition]:
+        return select_partitions(self._view, self.options.selection, strict=False)
 
-    def _latest(self, log: Log) -> Offsets:
-        return {tp: log.end_offset(*tp) for tp in self._partitions(log)}
+    def _latest(self) -> Offsets:
+        return {tp: self._view.end_offset(*tp) for tp in self._partitions()}
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
-        opts = self.options
-        with planning_log(opts.path) as log:
-            starts = resolve_offsets(log, self._partitions(log), opts.starting, side="start",
-                                     strategy=opts.timestamp_strategy)
-        return offsets_to_json(starts)
+        if self._initial is None:
+            opts = self.options
+            self._view.refresh()
+            starts = resolve_offsets(self._view, self._partitions(), opts.starting,
+                                     side="start", strategy=opts.timestamp_strategy)
+            self._initial = offsets_to_json(starts)
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -109,18 +163,18 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with planning_log(self.options.path) as log:
-            self._target = self._latest(log)
+        self._view.refresh()
+        self._target = self._latest()
 
     def latestOffset(
         self, start: dict[str, dict[str, int]], limit: ReadLimit
     ) -> dict[str, dict[str, int]]:
         begin = offsets_from_json(start)
-        with planning_log(self.options.path) as log:
-            latest = self._latest(log)
-            for tp in latest:
-                if tp not in begin:  # a new partition starts at its earliest offset
-                    begin[tp] = log.start_offset(*tp)
+        self._view.refresh()  # the one re-read of the folder per trigger
+        latest = self._latest()
+        for tp in latest:
+            if tp not in begin:  # a new partition starts at its earliest offset
+                begin[tp] = self._view.start_offset(*tp)
         if self._target is not None:  # availableNow: never past the target, nothing new
             latest = {tp: min(off, self._target.get(tp, begin[tp])) for tp, off in latest.items()}
         latest = {tp: max(off, begin[tp]) for tp, off in latest.items()}
@@ -136,34 +190,34 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_rows = limit.min_rows
         elif isinstance(limit, ReadAllAvailable):
             min_rows = None
-        if min_rows is not None and self._target is None and available < min_rows:
+        now = self._clock()
+        waited_ms = (now - self._last_admitted) * 1000
+        if (min_rows is not None and self._target is None and available < min_rows
+                and waited_ms < self.options.max_trigger_delay_ms):
             return {tp: begin[tp] for tp in latest}
+        if available:
+            self._last_admitted = now
         if isinstance(limit, ReadMaxRows):
             return rate_limit(begin, latest, limit.max_rows)
         return latest
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]]:
-        with planning_log(self.options.path) as log:
-            return offsets_to_json(self._latest(log))
+        return offsets_to_json(self._latest())
 
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> list[InputPartition]:
         opts = self.options
-        with planning_log(opts.path) as log:
-            tasks = self._plan(log, offsets_from_json(start), offsets_from_json(end))
-        return [
-            ReadTask(opts.path, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
-                     r.size_bytes)
-            for r in tasks
-        ]
+        planned = plan_tasks(self._view, self._ranges(offsets_from_json(start),
+                                                      offsets_from_json(end)), opts)
+        return make_tasks(opts.path, planned, fail_on_data_loss=opts.fail_on_data_loss,
+                          read_committed=opts.read_committed)
 
-    def _plan(self, log: Log, begin: Offsets, stop: Offsets) -> list[OffsetRange]:
-        opts = self.options
+    def _ranges(self, begin: Offsets, stop: Offsets) -> list[OffsetRange]:
         ranges: list[OffsetRange] = []
         for tp, hi in sorted(stop.items()):
             try:
-                log_start = log.start_offset(*tp)
+                log_start = self._view.start_offset(*tp)
             except UnknownTopicError:
                 self._data_loss(f"{tp[0]}-{tp[1]} no longer exists")
                 continue
@@ -179,8 +233,7 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             if hi > lo:
                 ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
-        return split_ranges(log, ranges, max_partition_bytes=opts.max_partition_bytes,
-                            min_partitions=opts.min_partitions)
+        return ranges
 
     def _data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:
@@ -191,10 +244,12 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, dict[str, int]]) -> None:
         """Nothing to release: the log keeps its own retention, independent of readers."""
 
+    def stop(self) -> None:
+        self._view.close()
+
     # -- data (executors) ------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
         return read_task(
             partition, self.columns, arrow_schema(self.schema), self.options.batch_rows
         )

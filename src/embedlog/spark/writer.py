@@ -45,7 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import InvalidConfigError, UnknownTopicError
+from ..errors import InvalidConfigError, UnknownTopicError, WriterLockedError
 from ..log import Log
 from ..log import open as open_log
 from ..naming import SPARK_STAGING_DIR
@@ -121,7 +121,7 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         )
         try:
             if staged:
-                with open_log(self.options.path) as log:
+                with _open_for_write(self.options.path, self.options.lock_timeout_ms) as log:
                     for m in staged:  # every row is checked before the first append
                         self._validate(log, staging.read_staged(m.path, ("topic", "partition")))
                     for m in staged:
@@ -205,6 +205,26 @@ class EmbedlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._writer.abort(messages)
+
+
+def _open_for_write(path: str, timeout_ms: int) -> Log:
+    """Open ``path`` as its writer, waiting up to ``timeout_ms`` for the writer lock (a
+    producer or another writer may hold it for a while)."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    pause = 0.01
+    while True:
+        try:
+            return open_log(path)
+        except WriterLockedError:
+            if time.monotonic() >= deadline:
+                raise WriterLockedError(
+                    f"{path}: another process or handle kept the log's writer lock for "
+                    f"writerLockTimeoutMs={timeout_ms}; every Spark write is appended by the "
+                    "driver as the log's one writer, so close the other writer (or raise "
+                    "writerLockTimeoutMs) and retry. Nothing of this write was appended"
+                ) from None
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.5)
 
 
 def _topic_exists(path: str, topic: str) -> bool:
