@@ -119,6 +119,7 @@ def test_commit_while_another_writer_holds_the_log(spark: Any, tmp_path: Any) ->
     path = str(tmp_path / "log")
     new_log(path, t=1)
     df = spark.createDataFrame([("x",)], "value STRING")
-    with embedlog.open(path), pytest.raises(Exception, match="open for writing"):
-        df.write.format("embedlog").option("topic", "t").mode("append").save(path)
+    with embedlog.open(path), pytest.raises(Exception, match="writerLockTimeoutMs=100"):
+        df.write.format("embedlog").option("topic", "t").option(
+            "writerLockTimeoutMs", "100").mode("append").save(path)
     assert records(path, "t") == [] and not staging_left(path)
