@@ -209,7 +209,7 @@ def _txn_log(path: str) -> None:
     txn = {"producer_epoch": 0, "is_transactional": True, "timestamps": 0}
 
     def batch(values: list[bytes], **kw: Any) -> None:
-        log.append_encoded("t", 0, bytearray(fmt.encode_batch(values, **kw)))
+        log._append_encoded("t", 0, bytearray(fmt.encode_batch(values, **kw)))
 
     def marker(pid: int, kind: int) -> None:
         key, value = fmt.control_record(kind)
