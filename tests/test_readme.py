@@ -62,6 +62,7 @@ def test_python_examples_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyP
     assert "events 0 0" in out
     assert "{b'ann': b'ann v2', b'bob': b'bob v2', b'eve': None}" in out
     assert "['audit', 'events', 'profiles']" in out
+    assert "[('user-0', 100, 990), ('user-1', 100, 991), ('user-2', 100, 992)]" in out  # DuckDB
 
 
 @pytest.mark.spark

@@ -16,5 +16,5 @@ def record_batch(topic: str, partition: int, header: fmt.BatchHeader,
         header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
         header.is_transactional, header.compression.name.lower(), records.data,
         records.offsets, records.timestamps, records.key_pos, records.key_len,
-        records.value_pos, records.value_len, records.headers,
+        records.value_pos, records.value_len, records.headers, header.is_control,
     )

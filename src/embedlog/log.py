@@ -593,13 +593,25 @@ class Log:
 
     def read_batches(
         self, topic: str, partition: int, start_offset: int | None = None,
-        end_offset: int | None = None,
+        end_offset: int | None = None, *, control: bool = False,
     ) -> Iterator[RecordBatch]:
         """Columnar read: one :class:`~embedlog.RecordBatch` per data batch, its records
-        restricted to ``[start_offset, end_offset)``."""
+        restricted to ``[start_offset, end_offset)``; with ``control``, transaction markers'
+        batches too (``is_control``)."""
         p = self._partition_of(topic, partition)
-        found = p.batches(p.start_offset if start_offset is None else start_offset, end_offset)
+        found = p.batches(p.start_offset if start_offset is None else start_offset, end_offset,
+                          control=control)
         return (record_batch(topic, partition, header, records) for header, records in found)
+
+    def read_arrow(self, topics: str | Sequence[str] | None = None, **options: Any) -> Any:
+        """A ``pyarrow.RecordBatchReader``: see :func:`embedlog.arrow.read_arrow`."""
+        from .arrow import read_arrow
+        return read_arrow(self, topics, **options)
+
+    def read_table(self, topics: str | Sequence[str] | None = None, **options: Any) -> Any:
+        """A ``pyarrow.Table``: see :func:`embedlog.arrow.read_table`."""
+        from .arrow import read_table
+        return read_table(self, topics, **options)
 
     def start_offset(self, topic: str, partition: int) -> int:
         p = self._partition_of(topic, partition)

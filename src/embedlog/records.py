@@ -99,6 +99,8 @@ class RecordBatch:
     value_positions: npt.NDArray[np.int64]
     value_lengths: npt.NDArray[np.int32]
     headers: Sequence[tuple[Header, ...]] | None
+    is_control: bool = False
+    """A transaction marker's batch (only from ``read_batches(..., control=True)``)."""
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -135,7 +137,7 @@ class RecordBatch:
             self.base_sequence, self.is_transactional, self.compression, self.buffer,
             self.offsets[lo:hi], self.timestamps[lo:hi], self.key_positions[lo:hi],
             self.key_lengths[lo:hi], self.value_positions[lo:hi], self.value_lengths[lo:hi],
-            None if self.headers is None else self.headers[lo:hi],
+            None if self.headers is None else self.headers[lo:hi], self.is_control,
         )
 
     def records(self) -> Iterator[Record]:

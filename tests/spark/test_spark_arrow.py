@@ -13,9 +13,9 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 from embedlog._batch import record_batch
+from embedlog.arrow.columns import ArrowBatcher
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
-from embedlog.spark.arrow import ArrowBatcher
 from embedlog.spark.schema import arrow_schema, kafka_schema, resolve_columns
 
 

@@ -11,17 +11,17 @@ when it started; with it, it waits for new records (``--timeout-ms`` ends the wa
 
 Text output is Kafka's: optional ``CreateTime:<ms>``, ``Partition:<n>``, ``Offset:<n>``,
 headers (``k:v,k2:v2`` or ``NO_HEADERS``) and key, then the value, separated by a tab; ``null``
-for a null key or value. ``--format json`` writes one object per record with every field
-(bytes as in :mod:`embedlog.cli.jsonbytes`); ``--format hex`` is text output with keys, values
-and header values in hex.
+for a null key or value. ``--format json`` (or ``jsonl``) writes one object per record with every
+field (bytes as in :mod:`embedlog.cli.jsonbytes`); ``--format hex`` is text output with keys,
+values and header values in hex; ``csv``, ``parquet`` and ``arrow`` export (see
+:mod:`embedlog.cli.export`), to ``--output FILE`` (stdout for the text formats), with a progress
+bar on a terminal.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import click
 
@@ -29,9 +29,9 @@ from ..consumer import Consumer
 from ..errors import OffsetOutOfRangeError
 from ..log import Log
 from ..records import Record, TopicPartition
-from .jsonbytes import to_json
+from .export import COLUMNAR, FORMATS, export_columnar, record_json, record_sink
 from .options import TIMESTAMP, dir_option, open_log, select_partitions
-from .output import timestamp_type_name
+from .output import progressbar, timestamp_type_name
 
 __all__ = ["consume", "record_json"]
 
@@ -39,19 +39,6 @@ FETCH = 500
 IDLE_WAIT_S = 0.1
 GROUP_JOIN_S = 2.0
 """Without --follow, how long a group member waits for partitions before giving up."""
-
-
-def record_json(r: Record) -> dict[str, Any]:
-    return {
-        "topic": r.topic,
-        "partition": r.partition,
-        "offset": r.offset,
-        "timestamp": r.timestamp,
-        "timestamp_type": timestamp_type_name(r.timestamp_type),
-        "key": to_json(r.key),
-        "value": to_json(r.value),
-        "headers": [[k, to_json(v)] for k, v in r.headers],
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +120,20 @@ def _stop(consumer: Consumer, ends: dict[TopicPartition, int], follow: bool,
     return caught_up(consumer, ends) or idle_s >= GROUP_JOIN_S
 
 
+def _check_usage(partition: bool, offset: bool, from_time: bool, group: str | None,
+                 follow: bool, timeout_ms: int | None, fmt: str, output: str | None) -> None:
+    if offset and not partition:
+        raise click.UsageError("--offset needs --partition")
+    if group and (partition or from_time):
+        raise click.UsageError("--group reads the partitions the group assigns from its "
+                               "committed offsets; move them with 'groups reset-offsets'")
+    if timeout_ms is not None and not follow:
+        raise click.UsageError("--timeout-ms applies to --follow")
+    if fmt in COLUMNAR and (output is None or follow or group):
+        raise click.UsageError(f"--format {fmt} writes a file: it needs --output and takes "
+                               "neither --follow nor --group")
+
+
 @click.command()
 @click.argument("topic")
 @click.option("--partition", type=click.IntRange(min=0), help="Read only this partition.")
@@ -148,8 +149,11 @@ def _stop(consumer: Consumer, ends: dict[TopicPartition, int], follow: bool,
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (tail).")
 @click.option("--timeout-ms", type=click.IntRange(min=0),
               help="With --follow: stop after this long without a new record.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "hex"]), default="text",
-              show_default=True, help="Output: text lines, JSON lines, or text with hex bytes.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="Output: text lines, JSON lines (json, jsonl), text with hex bytes, or an "
+                   "export: csv, parquet, arrow (an Arrow IPC file).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True),
+              help="Write to this file instead of stdout (needed by parquet and arrow).")
 @click.option("--print-key", is_flag=True, help="Text: show the key.")
 @click.option("--print-headers", is_flag=True, help="Text: show the headers.")
 @click.option("--print-offset", is_flag=True, help="Text: show the offset.")
@@ -162,15 +166,10 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
             from_time: int | None, group: str | None, max_messages: int | None, follow: bool,
             timeout_ms: int | None, fmt: str, print_key: bool, print_headers: bool,
             print_offset: bool, print_partition: bool, print_timestamp: bool,
-            key_separator: str, log_dir: str) -> None:
-    """Print the records of TOPIC, one per line."""
-    if offset is not None and partition is None:
-        raise click.UsageError("--offset needs --partition")
-    if group and (partition is not None or from_time is not None):
-        raise click.UsageError("--group reads the partitions the group assigns from its "
-                               "committed offsets; move them with 'groups reset-offsets'")
-    if timeout_ms is not None and not follow:
-        raise click.UsageError("--timeout-ms applies to --follow")
+            key_separator: str, output: str | None, log_dir: str) -> None:
+    """Print the records of TOPIC, one per line, or export them to a file."""
+    _check_usage(partition is not None, offset is not None, from_time is not None, group,
+                 follow, timeout_ms, fmt, output)
     text = TextFormat(fmt == "hex", print_key, print_headers, print_offset, print_partition,
                       print_timestamp, key_separator.encode())
     tail = follow and not from_beginning
@@ -178,25 +177,35 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
     with open_log(log_dir) as log:
         parts = select_partitions(log, topic, [] if partition is None else [partition])
         ends = {TopicPartition(topic, p): log.end_offset(topic, p) for p in parts}
+        if fmt in COLUMNAR:
+            assert output is not None
+            ranges = {tp: (_start(log, tp, offset, from_time, False), end)
+                      for tp, end in ends.items()}
+            count = export_columnar(log, fmt, output, ranges, max_messages)
+            click.echo(f"Processed a total of {count} messages", err=True)
+            return
         consumer = log.consumer(group=group, max_poll_records=FETCH,
                                 auto_offset_reset="latest" if tail else "earliest",
                                 enable_auto_commit=group is not None)
-        with consumer:
+        total = 0
+        with consumer, record_sink(fmt, text.line, output) as emit:
             if group:
                 consumer.subscribe([topic])
             else:
                 consumer.assign(list(ends))
                 for tp in ends:
-                    consumer.seek(tp, _start(log, tp, offset, from_time, tail))
+                    at = _start(log, tp, offset, from_time, tail)
+                    consumer.seek(tp, at)
+                    total += max(0, ends[tp] - at)
+            bar = progressbar(0 if follow else min(total, max_messages or total), "Exporting")
             idle_since = time.monotonic()
             try:
                 while max_messages is None or count < max_messages:
                     wait = IDLE_WAIT_S if follow or group else 0.0
                     limit = FETCH if max_messages is None else min(FETCH, max_messages - count)
                     records = consumer.poll(wait, max_records=limit)
-                    for r in records:
-                        click.echo(json.dumps(record_json(r)) if fmt == "json"
-                                   else text.line(r))
+                    emit(records)
+                    bar.update(len(records))
                     count += len(records)
                     if records:
                         idle_since = time.monotonic()
@@ -205,4 +214,6 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
                         break
             except KeyboardInterrupt:
                 pass
+            finally:
+                bar.render_finish()
     click.echo(f"Processed a total of {count} messages", err=True)

@@ -28,11 +28,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from .._batch import record_batch
+from ..arrow.columns import ArrowBatcher
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..log import open as open_log
 from ..records import Record, TopicPartition
-from .arrow import ArrowBatcher
 from .catalog import FolderView
 from .planning import OffsetRange
 

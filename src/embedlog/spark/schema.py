@@ -3,7 +3,9 @@
 Spark checks the first ``RecordBatch`` a reader yields against ``to_arrow_schema(schema,
 timezone="UTC")`` with ``pa.Schema.equals``: ``binary`` (not ``large_binary``), ``int32`` for
 ``partition`` and ``timestampType``, ``timestamp[us, tz=UTC]``, every field nullable. We derive
-the Arrow schema with pyspark's own converter so the two can never drift.
+the Arrow schema with pyspark's own converter so the two can never drift, and the Spark types
+from the one column table, :data:`embedlog.arrow.schema.COLUMNS` (which
+:func:`embedlog.arrow.read_arrow` uses too).
 
 A user may pass a *subset* of these columns (``.schema("partition INT, offset BIGINT")``):
 Python data sources get no column pruning, so this is how a query avoids decoding keys and
@@ -15,19 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+from pyspark.sql.types import ArrayType, DataType, StructField, StructType
 
+from ..arrow import schema as arrow_columns
 from ..errors import InvalidConfigError
 
 __all__ = [
@@ -38,22 +31,13 @@ __all__ = [
     "resolve_columns",
 ]
 
-HEADERS_TYPE = ArrayType(
-    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-)
-"""``array<struct<key: string, value: binary>>``, as in Spark's Kafka source."""
-
 COLUMNS: dict[str, DataType] = {
-    "key": BinaryType(),
-    "value": BinaryType(),
-    "topic": StringType(),
-    "partition": IntegerType(),
-    "offset": LongType(),
-    "timestamp": TimestampType(),
-    "timestampType": IntegerType(),
-    "headers": HEADERS_TYPE,
+    name: from_arrow_type(arrow_type) for name, arrow_type in arrow_columns.COLUMNS.items()
 }
 """Every column the reader can produce, in Kafka's order, with its Spark type."""
+
+HEADERS_TYPE: DataType = COLUMNS["headers"]
+"""``array<struct<key: string, value: binary>>``, as in Spark's Kafka source."""
 
 
 def kafka_schema(include_headers: bool = False) -> StructType:
