@@ -63,6 +63,7 @@ def test_python_examples_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyP
     assert "{b'ann': b'ann v2', b'bob': b'bob v2', b'eve': None}" in out
     assert "['audit', 'events', 'profiles']" in out
     assert "[('user-0', 100, 990), ('user-1', 100, 991), ('user-2', 100, 992)]" in out  # DuckDB
+    assert "[b'book', b'lamp', b'pen']" in out  # the asyncio service
 
 
 @pytest.mark.spark

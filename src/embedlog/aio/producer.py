@@ -1,0 +1,228 @@
+"""``AsyncProducer``: aiokafka's ``AIOKafkaProducer`` shape over a writable :class:`~embedlog.Log`.
+
+::
+
+    async with AsyncProducer(log, linger_ms=2) as producer:
+        future = await producer.send("events", b"payload", key=b"user-1")
+        meta = await future                        # RecordMetadata, offset included
+        meta = await producer.send_and_wait("events", b"more")
+
+**How it never blocks the event loop.** ``send()`` only puts the record and a new
+``asyncio.Future`` in a queue (waiting first while ``max_buffer_records`` are queued:
+back-pressure, as aiokafka's ``send`` waits for buffer space). A sender task takes everything
+queued -- after ``linger_ms`` -- and hands it to one worker thread, which passes each record to
+a :class:`~embedlog.Producer` in order, then writes the open batches and, in ``fsync``
+durability, fsyncs the log; only then are the futures resolved (in slices, so that resolving a
+large round does not hold the loop either). Records sent while a round is being written go
+together into the next round: one write and one fsync serve them all (group commit), and order
+is kept because one thread writes. A record's future therefore resolves once its batch is
+written (readable by consumers) -- and on disk with ``durability="fsync"`` (the producer's
+option, or the log's).
+
+Errors (unknown topic, a record too large, an I/O error) come back through the record's
+future. Cancelling a task that awaits a send does not take the record back. Options other than
+``linger_ms`` and ``max_buffer_records`` are those of :class:`~embedlog.Producer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import InvalidConfigError, LogClosedError, UsageError
+from ..producer import Producer
+from ..records import Header, RecordMetadata
+
+if TYPE_CHECKING:
+    from ..log import Log
+
+__all__ = ["AsyncProducer"]
+
+_ROUND: Final = 10_000
+"""Most records one worker round writes (their futures resolve together)."""
+_RESOLVE_SLICE: Final = 1_000
+"""Futures resolved between two yields to the event loop."""
+
+_Item = tuple[str, Any, Any, Any, Any, Any]  # topic, value, key, headers, partition, timestamp
+
+
+class AsyncProducer:
+    """Sends records to a writable log from asyncio code; see the module notes.
+
+    Args:
+        log: an open, writable :class:`~embedlog.Log`.
+        linger_ms: how long the sender waits after a record arrives for others to join it.
+        max_buffer_records: records queued at most before ``send`` waits.
+        **options: :class:`~embedlog.Producer` options (``durability``, ``compression``,
+            ``idempotent``, ``key_serializer``, ``value_serializer``, ``partitioner``, ...).
+    """
+
+    def __init__(self, log: Log, *, linger_ms: float = 0, max_buffer_records: int = 100_000,
+                 **options: Any) -> None:
+        if linger_ms < 0 or max_buffer_records < 1:
+            raise InvalidConfigError("linger_ms must be >= 0 and max_buffer_records >= 1")
+        durability = options.pop("durability", None) or log.durability
+        if durability not in ("none", "fsync"):
+            raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
+        options.pop("linger_ms", None)
+        self.log = log
+        self.durability = durability
+        self._linger_s = linger_ms / 1000
+        self._max_buffer = max_buffer_records
+        self._options = options
+        self._producer: Producer | None = None
+        self._worker: ThreadPoolExecutor | None = None
+        self._queue: list[tuple[_Item, asyncio.Future[RecordMetadata]]] = []
+        self._inflight: list[asyncio.Future[RecordMetadata]] = []
+        self._wakeup = asyncio.Event()
+        self._space = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Create the underlying producer (in the worker thread: an idempotent producer
+        allocates its id on disk) and the sender task. Idempotent."""
+        if self._sender is not None:
+            return
+        if self._stopped:
+            raise LogClosedError("the producer is stopped")
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="embedlog-aio-producer")
+        loop = asyncio.get_running_loop()
+        # Writes happen at the end of each round (flush); the inner producer's own linger
+        # thread only matters if a round is still filling a batch.
+        self._producer = await loop.run_in_executor(
+            self._worker, lambda: Producer(self.log, durability="none", linger_ms=1000,
+                                           **self._options))
+        self._sender = asyncio.create_task(self._send_loop(), name="embedlog-aio-sender")
+
+    async def stop(self) -> None:
+        """Send everything queued, wait for it, close. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._sender is None:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
+            assert self._worker is not None and self._producer is not None
+            await asyncio.get_running_loop().run_in_executor(self._worker, self._producer.close)
+            self._worker.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; returns a future of its :class:`~embedlog.RecordMetadata`
+        (aiokafka's signature). Waits while ``max_buffer_records`` records are queued."""
+        if self._sender is None or self._stopped:
+            raise UsageError("the producer is not running: await producer.start() first (or "
+                             "use 'async with')") if not self._stopped else LogClosedError(
+                "the producer is stopped")
+        while len(self._queue) >= self._max_buffer:
+            self._space.clear()
+            await self._space.wait()
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        self._queue.append(((topic, value, key, headers, partition, timestamp_ms), future))
+        self._wakeup.set()
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> RecordMetadata:
+        """``send`` and wait until the record is written (durable with ``fsync``)."""
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await asyncio.shield(future)
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is written (errors stay in their futures)."""
+        pending = [f for _, f in self._queue] + self._inflight
+        if pending:
+            await asyncio.wait(pending)
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (aiokafka returns a set)."""
+        return set(range(self.log.partition_count(topic)))
+
+    # ------------------------------------------------------------------ the sender
+
+    async def _send_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            if self._linger_s:
+                await asyncio.sleep(self._linger_s)
+            batch, self._queue = self._queue[:_ROUND], self._queue[_ROUND:]
+            if not self._queue:
+                self._wakeup.clear()
+            self._space.set()
+            if not batch:
+                continue
+            self._inflight = [f for _, f in batch]
+            try:
+                results = await loop.run_in_executor(self._worker, self._write_round,
+                                                     [item for item, _ in batch])
+            except Exception as exc:  # the worker could not run the round at all
+                results = [exc] * len(batch)
+            for start in range(0, len(batch), _RESOLVE_SLICE):
+                for (_, future), result in zip(batch[start : start + _RESOLVE_SLICE],
+                                               results[start : start + _RESOLVE_SLICE],
+                                               strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+                await asyncio.sleep(0)
+            self._inflight = []
+
+    def _write_round(self, items: list[_Item]) -> list[RecordMetadata | BaseException]:
+        """Worker thread: send every record in order, write the batches, fsync if asked."""
+        producer = self._producer
+        assert producer is not None
+        out: list[RecordMetadata | BaseException] = []
+        for topic, value, key, headers, partition, timestamp in items:
+            try:
+                out.append(producer.send(topic, value, key, headers=headers,
+                                         partition=partition, timestamp=timestamp))
+            except Exception as exc:
+                out.append(exc)
+        try:
+            producer.flush()
+            if self.durability == "fsync":
+                self.log.flush()
+        except Exception as exc:  # nothing of this round is known to be written
+            out = [r if isinstance(r, BaseException) else exc for r in out]
+        return out
+
+    def __repr__(self) -> str:
+        state = " stopped" if self._stopped else "" if self._sender else " not started"
+        return f"<embedlog.aio.AsyncProducer {self.log.path!r} durability={self.durability}" \
+               f"{state}>"

@@ -1,0 +1,190 @@
+"""asyncio clients: AsyncProducer / AsyncConsumer against the sync API's guarantees --
+order, durability, wake-ups in and across processes, cancellation, groups in one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+import embedlog
+from embedlog import LogClosedError, TopicPartition, UnknownTopicError, UsageError
+from embedlog.aio import AsyncConsumer, AsyncProducer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+TP0 = TopicPartition("t", 0)
+
+
+async def drain(consumer: AsyncConsumer, n: int) -> list[Any]:
+    out: list[Any] = []
+    while len(out) < n:
+        got = await consumer.getmany(timeout_ms=2000)
+        assert got, f"only {len(out)} of {n} records arrived"
+        out += [r for records in got.values() for r in records]
+    return out
+
+
+async def test_producer_futures_order_and_errors(log: embedlog.Log) -> None:
+    log.create_topic("t", partitions=2)
+    async with AsyncProducer(log, linger_ms=1) as producer:
+        futures = [await producer.send("t", f"{i}".encode(), partition=i % 2)
+                   for i in range(500)]
+        metas = await asyncio.gather(*futures)
+        assert [m.offset for m in metas if m.partition == 0] == list(range(250))
+        meta = await producer.send_and_wait("t", b"k-rec", key=b"k", timestamp_ms=7)
+        assert (meta.offset, meta.timestamp) == (log.end_offset("t", meta.partition) - 1, 7)
+        with pytest.raises(UnknownTopicError):
+            await producer.send_and_wait("nope", b"x")
+        await producer.send("t", b"last", partition=1)
+        await producer.flush()
+        assert log.end_offset("t", 1) == 251
+        assert producer.partitions_for("t") == {0, 1}
+    assert [r.value for r in log.read("t", 0)][:3] == [b"0", b"2", b"4"]
+    with pytest.raises(LogClosedError):
+        await producer.send("t", b"after stop")
+    with pytest.raises(UsageError):
+        await AsyncProducer(log).send("t", b"not started")
+
+
+async def test_producer_fsync_durability(tmp_path: pathlib.Path) -> None:
+    with embedlog.open(tmp_path / "log", durability="fsync") as log:
+        log.create_topic("t")
+        async with AsyncProducer(log) as producer:
+            assert producer.durability == "fsync"
+            metas = await asyncio.gather(*[producer.send_and_wait("t", b"v") for _ in range(50)])
+            assert sorted(m.offset for m in metas) == list(range(50))
+
+
+async def test_consumer_shapes_and_commits_count_only_handed_out(log: embedlog.Log) -> None:
+    log.create_topic("t")
+    log.append_batch("t", [f"{i}".encode() for i in range(30)], partition=0)
+    async with AsyncConsumer(log, "t", group="g", max_poll_records=20) as consumer:
+        first = await consumer.getmany(timeout_ms=1000, max_records=5)
+        assert [r.offset for r in first[TP0]] == [0, 1, 2, 3, 4]
+        assert await consumer.position(TP0) == 5          # 15 more were fetched, not handed out
+        await consumer.commit()
+        assert await consumer.committed(TP0) == 5
+        assert (await consumer.getone()).offset == 5
+        seen = []
+        async for record in consumer:
+            seen.append(record.offset)
+            if record.offset == 29:
+                break
+        assert seen == list(range(6, 30))
+        consumer.seek(TP0, 3)
+        assert (await consumer.getone()).offset == 3
+        await consumer.seek_to_end()
+        assert await consumer.getmany(timeout_ms=50) == {}
+        await consumer.commit({TP0: 12})
+        assert await consumer.committed(TP0) == 12
+        assert await consumer.end_offsets([TP0]) == {TP0: 30}
+    with pytest.raises(LogClosedError):
+        await consumer.getmany()
+
+
+async def test_blocked_getmany_wakes_and_leaves_the_loop_free(log: embedlog.Log) -> None:
+    log.create_topic("t", partitions=3)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        log.append("t", b"late", partition=2)
+
+    async with AsyncConsumer(log, "t") as consumer:
+        beat = asyncio.create_task(ticker())
+        writer = asyncio.create_task(later())
+        got = await consumer.getmany(timeout_ms=20_000)
+        assert ticks >= 1  # the loop ran other tasks while getmany waited
+        assert [r.value for rs in got.values() for r in rs] == [b"late"]
+        beat.cancel()
+        await writer
+
+
+async def test_wakes_on_records_from_another_process(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+    script = textwrap.dedent(f"""
+        import time, embedlog
+        with embedlog.open({str(log_dir)!r}) as log:
+            time.sleep(0.3)
+            log.append_batch("t", [b"from", b"afar"], partition=0)
+    """)
+    with embedlog.open(log_dir, read_only=True) as reader:
+        async with AsyncConsumer(reader, "t") as consumer:
+            assert await consumer.getmany(timeout_ms=0) == {}
+            proc = subprocess.Popen([sys.executable, "-c", script])
+            try:
+                got = await consumer.getmany(timeout_ms=30_000)
+            finally:
+                proc.wait()
+            assert [r.value for r in got.get(TP0, [])] == [b"from", b"afar"]
+
+
+async def test_cancelled_getmany_loses_nothing_and_commits_nothing(log: embedlog.Log) -> None:
+    log.create_topic("t")
+    async with AsyncConsumer(log, "t", group="g") as consumer:
+        for round_ in range(3):
+            waiting = asyncio.create_task(consumer.getmany(timeout_ms=20_000))
+            await asyncio.sleep(0.05)
+            log.append_batch("t", [b"%d" % round_] * 10, partition=0)
+            waiting.cancel()  # the fetch may or may not have returned: nothing may be lost
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await consumer.commit()
+            assert await consumer.committed(TP0) == 10 * round_  # nothing handed out yet
+            records = await drain(consumer, 10)
+            assert [r.offset for r in records] == list(range(10 * round_, 10 * round_ + 10))
+            await consumer.commit()
+        assert await consumer.committed(TP0) == 30
+
+
+async def test_many_members_of_one_group_in_one_loop(log: embedlog.Log) -> None:
+    log.create_topic("t", partitions=6)
+    for p in range(6):
+        log.append_batch("t", [f"{p}-{i}".encode() for i in range(100)], partition=p)
+    seen: list[tuple[int, int]] = []
+    assigned: dict[int, set[int]] = {}
+
+    def member(k: int) -> AsyncConsumer:
+        consumer: AsyncConsumer
+
+        async def on_assign(tps: list[TopicPartition]) -> None:
+            assigned.setdefault(k, set()).update(tp.partition for tp in tps)
+
+        async def on_revoke(tps: list[TopicPartition]) -> None:
+            await consumer.commit()  # records handed out so far are done
+            assigned[k].difference_update(tp.partition for tp in tps)
+
+        consumer = AsyncConsumer(log, "t", group="g", on_assign=on_assign, on_revoke=on_revoke,
+                                 max_poll_records=7, heartbeat_interval_ms=50,
+                                 session_timeout_ms=5000)
+        return consumer
+
+    members = [member(k) for k in range(3)]
+
+    async def run(consumer: AsyncConsumer) -> None:
+        while len(seen) < 600:
+            for records in (await consumer.getmany(timeout_ms=100)).values():
+                seen.extend((r.partition, r.offset) for r in records)
+            await consumer.commit()
+            await asyncio.sleep(0.01)  # let the others join before all is read
+
+    await members[0].start()
+    await asyncio.gather(*(m.start() for m in members[1:]))
+    await asyncio.wait_for(asyncio.gather(*(run(m) for m in members)), 45)
+    assert sorted(seen) == [(p, i) for p in range(6) for i in range(100)]  # once each
+    owned = [assigned.get(k, set()) for k in range(3)]
+    assert sum(len(s) for s in owned) == 6 and set().union(*owned) == set(range(6))
+    for m in members:
+        await m.stop()
