@@ -224,6 +224,8 @@ class AsyncConsumer:
         return self
 
     async def __anext__(self) -> Record:
+        if self._stash and self._error is None:
+            return self._stash.popleft()
         try:
             return await self.getone()
         except LogClosedError:

@@ -27,7 +27,7 @@ future. Cancelling a task that awaits a send does not take the record back. Opti
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
@@ -75,10 +75,13 @@ class AsyncProducer:
         self._producer: Producer | None = None
         self._worker: ThreadPoolExecutor | None = None
         self._queue: list[tuple[_Item, asyncio.Future[RecordMetadata]]] = []
-        self._inflight: list[asyncio.Future[RecordMetadata]] = []
+        self._queued = 0  # records ever queued
+        self._resolved = 0  # records whose futures were resolved, in queue order
+        self._round_done = asyncio.Event()
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
+        self._new_future: Callable[[], asyncio.Future[Any]] = _no_loop
         self._stopped = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -92,6 +95,7 @@ class AsyncProducer:
             raise LogClosedError("the producer is stopped")
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="embedlog-aio-producer")
         loop = asyncio.get_running_loop()
+        self._new_future = loop.create_future
         # Writes happen at the end of each round (flush); the inner producer's own linger
         # thread only matters if a round is still filling a batch.
         self._producer = await loop.run_in_executor(
@@ -142,9 +146,11 @@ class AsyncProducer:
         while len(self._queue) >= self._max_buffer:
             self._space.clear()
             await self._space.wait()
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[RecordMetadata] = self._new_future()
         self._queue.append(((topic, value, key, headers, partition, timestamp_ms), future))
-        self._wakeup.set()
+        self._queued += 1
+        if not self._wakeup.is_set():
+            self._wakeup.set()
         return future
 
     async def send_and_wait(
@@ -162,9 +168,10 @@ class AsyncProducer:
 
     async def flush(self) -> None:
         """Wait until every record sent so far is written (errors stay in their futures)."""
-        pending = [f for _, f in self._queue] + self._inflight
-        if pending:
-            await asyncio.wait(pending)
+        target = self._queued
+        while self._resolved < target and self._sender is not None and not self._sender.done():
+            self._round_done.clear()
+            await self._round_done.wait()
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition numbers of ``topic`` (aiokafka returns a set)."""
@@ -184,7 +191,6 @@ class AsyncProducer:
             self._space.set()
             if not batch:
                 continue
-            self._inflight = [f for _, f in batch]
             try:
                 results = await loop.run_in_executor(self._worker, self._write_round,
                                                      [item for item, _ in batch])
@@ -201,7 +207,8 @@ class AsyncProducer:
                     else:
                         future.set_result(result)
                 await asyncio.sleep(0)
-            self._inflight = []
+            self._resolved += len(batch)
+            self._round_done.set()
 
     def _write_round(self, items: list[_Item]) -> list[RecordMetadata | BaseException]:
         """Worker thread: send every record in order, write the batches, fsync if asked."""
@@ -226,3 +233,7 @@ class AsyncProducer:
         state = " stopped" if self._stopped else "" if self._sender else " not started"
         return f"<embedlog.aio.AsyncProducer {self.log.path!r} durability={self.durability}" \
                f"{state}>"
+
+
+def _no_loop() -> asyncio.Future[Any]:
+    raise UsageError("the producer is not running: await producer.start() first")
