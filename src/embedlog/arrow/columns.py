@@ -3,9 +3,10 @@
 :class:`ArrowBatcher` collects the ``RecordBatch`` columns of successive Kafka batches of one
 partition and emits Arrow batches of about ``batch_rows`` rows (spark.md: 16-64k rows is the
 fast range; 256k is twice as slow). Columns are built from the decoder's numpy arrays:
-``offset`` and ``timestamp`` are views, ``key``/``value`` one copy each (see :func:`_binary`),
-``topic``/``partition`` constants. Only the
-columns of the requested schema are built, so a subset schema skips the key/value copies.
+``offset`` and ``timestamp`` are views, ``key``/``value`` one gather each per Arrow batch over
+the chunks' buffers joined once (see :class:`_Joined` and :func:`_binary`), ``topic``/
+``partition`` constants. Only the columns of the requested schema are built, so a subset schema
+skips the key/value copies.
 ``headers`` is the one column built from Python objects, and only for records that have headers.
 """
 
