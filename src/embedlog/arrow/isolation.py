@@ -15,6 +15,11 @@ may see, each cut below ``end``:
   ``end`` still counts as committed);
 * what is still undecided at the log end is withheld.
 
+The rules for odd cases are :mod:`embedlog.transactions`' (Kafka's): batches without a producer
+id take no part in transactions, any control batch of a producer id ends its open transaction,
+and one emptied by compaction ends it as a commit. That module's ``TxnTracker`` answers for a
+whole range at once; this filter decides batch by batch, so an export streams.
+
 Memory: the batches of transactions still open are held until their markers arrive (a long
 transaction is buffered whole), as a consumer cannot hand them out earlier either.
 """
@@ -47,13 +52,14 @@ def committed_batches(batches: Iterable[RecordBatch], end: int) -> Iterator[Reco
         if batch.base_offset >= end and not open_txns:
             break
         if batch.is_control:
-            if batch.is_transactional and len(batch) and batch.producer_id in open_txns:
-                _, kind = fmt.decode_control_record(batch.key(0))
+            if batch.producer_id in open_txns:
+                kind = fmt.decode_control_record(batch.key(0))[1] if len(batch) else None
                 for entry in open_txns.pop(batch.producer_id):
                     entry.visible = kind != fmt.CONTROL_ABORT
         elif batch.base_offset < end:
-            entry = _Entry(cut_below(batch, end), None if batch.is_transactional else True)
-            if batch.is_transactional:
+            transactional = batch.is_transactional and batch.producer_id >= 0
+            entry = _Entry(cut_below(batch, end), None if transactional else True)
+            if transactional:
                 open_txns.setdefault(batch.producer_id, []).append(entry)
             pending.append(entry)
         while pending and pending[0].visible is not None:
