@@ -15,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
+from embedlog.segment import decode as record_decoder
+from embedlog.segment import encode as encoder
 from embedlog.segment import format as fmt
-from embedlog.segment import record_decoder
+from embedlog.segment import header as layout
 from embedlog.segment.codecs import Compression
 from embedlog.segment.format import (
     BatchHeader,
@@ -135,7 +137,7 @@ def test_layout_constants() -> None:
 
 def test_docstring_table_matches_field_table() -> None:
     """The header table in the module docstring and FIELDS describe the same layout."""
-    doc = fmt.__doc__ or ""
+    doc = layout.__doc__ or ""
     rows = re.findall(r"^(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s", doc, re.MULTILINE)
     assert len(rows) == len(fmt.FIELDS)
     offset = 0
@@ -224,12 +226,12 @@ def test_varint_limits() -> None:
 @settings(max_examples=60, deadline=None)
 def test_vectorised_varints_match_scalar(values: list[int]) -> None:
     x = np.array(values, np.int64)
-    z = fmt._zigzag(x)
-    w = fmt._widths(z)
-    stride = 10 + fmt._SLACK  # one varint per row, as the encoder writes a field
+    z = encoder._zigzag(x)
+    w = encoder._widths(z)
+    stride = 10 + encoder._SLACK  # one varint per row, as the encoder writes a field
     rows = np.arange(len(values), dtype=np.int64) * stride
     out = np.zeros(len(values) * stride, np.uint8)
-    fmt._put_varints(out, rows, z, w)
+    encoder._put_varints(out, rows, z, w)
     for i, v in enumerate(values):
         row = out[i * stride : (i + 1) * stride].tobytes()
         assert row == zz(v).ljust(stride, b"\x00")

@@ -1,8 +1,9 @@
 """Decoding of a v2 batch's records section into columns (pure; no file I/O).
 
-The record layout is documented in :mod:`embedlog.segment.format`, which re-exports
-:class:`DecodedRecords` and :func:`decode_records`. Decoding validates everything (lengths,
-varint widths, offset deltas, exact consumption of the batch) and raises
+The record layout is documented in :mod:`embedlog.segment.header`;
+:mod:`embedlog.segment.format` re-exports :class:`DecodedRecords` and :func:`decode_records`.
+Decoding validates everything (lengths, varint widths, offset deltas, exact consumption of the
+batch) and raises
 :class:`~embedlog.errors.CorruptBatchError` with the batch position on any violation. The one
 sequential step -- following the chain of record lengths -- is a tight Python loop; every other
 field of every record is decoded with numpy.
@@ -19,11 +20,10 @@ import numpy.typing as npt
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
 from embedlog.segment.codecs import Compression, decompress
-from embedlog.segment.format import (
-    _MIN_BODY,
-    _MIN_RECORD,
+from embedlog.segment.header import (
     COMPRESSION_MASK,
     HEADER_SIZE,
+    MIN_RECORD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     decode_varint,
@@ -32,6 +32,9 @@ from embedlog.segment.format import (
 __all__ = ["DecodedRecords", "decode_records"]
 
 I64 = npt.NDArray[np.int64]
+
+_MIN_BODY: Final = MIN_RECORD - 1
+"""Smallest record length (the bytes after the length varint)."""
 
 
 class _Bad(Exception):
@@ -327,10 +330,8 @@ def _decode(
     if n == 0:
         if size:
             raise _Bad("bytes after the last record")
-        return DecodedRecords(
-            data, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I32, _EMPTY_I64, _EMPTY_I32, None
-        )
-    if n * _MIN_RECORD > size:
+        return _empty(data)
+    if n * MIN_RECORD > size:
         raise _Bad(f"records count {n} cannot fit in {size} bytes")
     first = min(max(first, 0), n)
     last = n if count is None else min(n, first + max(count, 0))
@@ -342,13 +343,20 @@ def _decode(
     starts.append(stop)
     chain = np.array(starts, np.int64)  # strictly increasing (see _walk)
     if len(chain) == 1:
-        return DecodedRecords(
-            data, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I32, _EMPTY_I64, _EMPTY_I32, None
-        )
-    rs = chain[:-1]
-    ends = chain[1:]
-    d = np.frombuffer(data, np.uint8)
+        return _empty(data)
+    return _decode_fields(data, chain[:-1], chain[1:], header)
 
+
+def _empty(data: bytes) -> DecodedRecords:
+    return DecodedRecords(
+        data, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I32, _EMPTY_I64, _EMPTY_I32, None
+    )
+
+
+def _decode_fields(data: bytes, rs: I64, ends: I64, header: BatchHeader) -> DecodedRecords:
+    """Every field of the records starting at ``rs`` and ending at ``ends``, one numpy pass
+    per field (so the first failing field, in record layout order, is the one reported)."""
+    d = np.frombuffer(data, np.uint8)
     rec_len, w_len = _read_varints(d, rs, ends, 5, "length")
     bs = rs + w_len
     if bool((bs + rec_len != ends).any()) or int(rec_len.min()) < _MIN_BODY:
@@ -371,9 +379,7 @@ def _decode(
         raise _Bad("negative value length")
     p = vp + np.maximum(vl, 0)
     headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
-    if bool((p + 1 == ends).all()) and not d[p].any():
-        pass  # the common case: every record ends with headersCount 0
-    else:
+    if not (bool((p + 1 == ends).all()) and not d[p].any()):  # else: every headersCount is 0
         hc, w = _read_varints(d, p, ends, 5, "headersCount")
         p = p + w
         if int(hc.min()) < 0:
@@ -383,13 +389,7 @@ def _decode(
         timestamps = np.full(len(rs), header.max_timestamp, np.int64)
     else:
         timestamps = tsd + np.int64(header.base_timestamp)
+    offsets = od + np.int64(header.base_offset)
     return DecodedRecords(
-        data,
-        od + np.int64(header.base_offset),
-        timestamps,
-        kp,
-        kl.astype(np.int32),
-        vp,
-        vl.astype(np.int32),
-        headers,
+        data, offsets, timestamps, kp, kl.astype(np.int32), vp, vl.astype(np.int32), headers
     )
