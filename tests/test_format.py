@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
 from embedlog.segment import decode as record_decoder
-from embedlog.segment import encode as encoder
 from embedlog.segment import format as fmt
 from embedlog.segment import header as layout
+from embedlog.segment import records_encode as encoder
 from embedlog.segment.codecs import Compression
 from embedlog.segment.format import (
     BatchHeader,

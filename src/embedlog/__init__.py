@@ -46,6 +46,7 @@ from .log import Durability, Log, open
 from .partition import SegmentInfo
 from .producer import Producer
 from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
+from .segment._native import codec_implementation
 
 __version__ = "0.1.0"
 
@@ -85,6 +86,7 @@ __all__ = [
     "UsageError",
     "WriterLockedError",
     "__version__",
+    "codec_implementation",
     "inspect",
     "open",
 ]

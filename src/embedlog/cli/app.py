@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import click
 
 from ..errors import CorruptionError, EmbedlogError, StorageError
+from ..segment._native import codec_implementation
 
 __all__ = [
     "EXIT_CODES",
@@ -123,7 +124,11 @@ def _quiet_broken_pipe() -> NoReturn:
 
 
 @click.group(cls=EmbedlogGroup)
-@click.version_option(package_name="embedlog", prog_name="embedlog")
+@click.version_option(
+    package_name="embedlog",
+    prog_name="embedlog",
+    message=f"%(prog)s, version %(version)s (codec: {codec_implementation()})",
+)
 def cli() -> None:
     """embedlog: an in-process, file-backed, partitioned commit log whose files are
     byte-compatible with Apache Kafka's log format.

@@ -19,6 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
+from embedlog.records import Record
+from embedlog.segment import _native
 from embedlog.segment.codecs import Compression, decompress
 from embedlog.segment.header import (
     COMPRESSION_MASK,
@@ -65,6 +67,9 @@ class DecodedRecords:
         n = len(lens)
         if n == 0:
             return []
+        core = _native.CORE
+        if core is not None:
+            return core.slices(self.data, _c64(pos), _c32(lens))
         d = self.data
         lo = int(lens.min())
         if lo >= 0:
@@ -94,6 +99,23 @@ class DecodedRecords:
     def values(self) -> list[bytes | None]:
         return self._slices(self.value_pos, self.value_len)
 
+    def records(self, topic: str, partition: int, timestamp_type: int) -> list[Record]:
+        """One :class:`~embedlog.records.Record` per row (built in C by the compiled core,
+        which leaves records of atomic fields untracked by the garbage collector)."""
+        core = _native.CORE
+        if core is not None:
+            return core.records(
+                Record, topic, partition, timestamp_type, self.data, _c64(self.offsets),
+                _c64(self.timestamps), _c64(self.key_pos), _c32(self.key_len),
+                _c64(self.value_pos), _c32(self.value_len), self.headers,
+            )  # fmt: skip
+        n = len(self)
+        return list(map(tuple.__new__, repeat(Record, n), zip(
+            repeat(topic, n), repeat(partition, n), self.offsets.tolist(),
+            self.timestamps.tolist(), repeat(timestamp_type, n), self.keys(), self.values(),
+            repeat((), n) if self.headers is None else self.headers, strict=True,
+        )))  # fmt: skip
+
     def key(self, i: int) -> bytes | None:
         n = int(self.key_len[i])
         p = int(self.key_pos[i])
@@ -110,6 +132,14 @@ class DecodedRecords:
                 raise IndexError(i)
             return ()
         return self.headers[i]
+
+
+def _c64(a: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    return np.ascontiguousarray(a, np.int64)
+
+
+def _c32(a: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    return np.ascontiguousarray(a, np.int32)
 
 
 _EMPTY_I64: Final = np.empty(0, np.int64)
@@ -335,6 +365,9 @@ def _decode(
         raise _Bad(f"records count {n} cannot fit in {size} bytes")
     first = min(max(first, 0), n)
     last = n if count is None else min(n, first + max(count, 0))
+    core = _native.CORE
+    if core is not None:
+        return _decode_c(core, data, n, header, first, last)
     starts, stop = _walk(data, last, first)
     if last == n and stop != size:
         raise _Bad("records do not end at the end of the batch")
@@ -345,6 +378,24 @@ def _decode(
     if len(chain) == 1:
         return _empty(data)
     return _decode_fields(data, chain[:-1], chain[1:], header)
+
+
+def _decode_c(
+    core: _native.Core, data: bytes, n: int, header: BatchHeader, first: int, last: int
+) -> DecodedRecords:
+    """:func:`_decode` by the compiled core: the same walk, checks, errors and columns."""
+    m = last - first
+    cols64 = np.empty((4, m), np.int64)
+    cols32 = np.empty((2, m), np.int32)
+    headers = core.decode(
+        data, n, first, last, header.base_offset, header.base_timestamp, header.max_timestamp,
+        header.last_offset_delta, bool(header.attributes & TIMESTAMP_TYPE_MASK), cols64, cols32,
+    )  # fmt: skip
+    if m == 0:
+        return _empty(data)
+    offsets, timestamps, key_pos, value_pos = cols64
+    return DecodedRecords(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
+                          headers)  # fmt: skip
 
 
 def _empty(data: bytes) -> DecodedRecords:

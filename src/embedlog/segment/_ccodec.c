@@ -1,0 +1,1034 @@
+/*
+ * embedlog.segment._ccodec: the compiled core of the v2 record-batch codec.
+ *
+ * The hot loops of embedlog/segment/decode.py and encode.py, behind the same function
+ * boundaries; the pure-Python modules stay the reference (EMBEDLOG_PURE=1 selects them) and
+ * the two must agree byte for byte and error for error. The layout is documented in
+ * embedlog/segment/header.py.
+ *
+ * Invariants:
+ *  - every read of the input is bounds-checked against the length of the buffer handed in;
+ *    a lying length or varint raises CorruptBatchError (the messages are the Python
+ *    decoder's, checked field by field in the same order: one pass per record field over all
+ *    records, so the error reported is the one the vectorised Python decoder reports);
+ *  - writes go only to buffers this module sized itself, or to caller buffers whose size
+ *    was checked against the record count;
+ *  - no Python code runs between sizing and writing an output buffer (the encoder copies
+ *    what it needs from user objects in its first pass and holds their buffers).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *CorruptBatchError; /* embedlog.errors.CorruptBatchError */
+static PyObject *Crc32c;            /* crc32c.crc32c */
+
+#define MIN_BODY 6
+#define INT32_MAX_ 2147483647LL
+#define HEADER_SIZE 61
+
+/* ------------------------------------------------------------------------ small helpers */
+
+static int
+corrupt(const char *fmt, ...)
+{
+    va_list va;
+    va_start(va, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
+    va_end(va);
+    if (msg != NULL) {
+        PyErr_SetObject(CorruptBatchError, msg);
+        Py_DECREF(msg);
+    }
+    return -1;
+}
+
+static inline int64_t
+unzigzag(uint64_t z)
+{
+    return (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+}
+
+static inline uint64_t
+zigzag(int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    return (u << 1) ^ (0 - (u >> 63));
+}
+
+static inline Py_ssize_t
+varint_width(uint64_t z)
+{
+    Py_ssize_t w = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        w++;
+    }
+    return w;
+}
+
+static inline uint8_t *
+put_varint(uint8_t *o, uint64_t z)
+{
+    while (z >= 0x80) {
+        *o++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *o++ = (uint8_t)z;
+    return o;
+}
+
+/* decode_varint of header.py: one zigzag varint at pos, bounded by end. */
+static int
+scalar_varint(const uint8_t *d, Py_ssize_t end, Py_ssize_t pos, int max_bytes, int64_t *out,
+              Py_ssize_t *next)
+{
+    uint64_t z = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (pos + i >= end)
+            return corrupt("varint runs past the end of the data");
+        uint8_t b = d[pos + i];
+        z |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (b < 0x80) {
+            if (max_bytes <= 5 && z >= ((uint64_t)1 << 32))
+                return corrupt("varint does not fit in 32 bits");
+            *out = unzigzag(z);
+            *next = pos + i + 1;
+            return 0;
+        }
+    }
+    return corrupt("varint longer than %d bytes", max_bytes);
+}
+
+/* A contiguous buffer of one fixed item size (the numpy columns handed in). */
+static int
+get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable, Py_ssize_t n)
+{
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    if (view->itemsize != itemsize || view->len != n * itemsize) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "column of the wrong item size or length");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ the record walk */
+
+/* _walk of decode.py: starts of records skip..n-1 and the end of record n-1. */
+static int
+walk(const uint8_t *d, Py_ssize_t size, int64_t n, int64_t skip, int64_t *starts,
+     int64_t *stop)
+{
+    int64_t p = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i >= skip)
+            starts[i - skip] = p;
+        if (p + 1 >= size) {
+            PyErr_SetString(PyExc_IndexError, "index out of range");
+            return -1;
+        }
+        unsigned b0 = d[p], b1 = d[p + 1];
+        if (b0 < 0x80) {
+            p += 1 + (b0 >> 1); /* the zigzag sign is ignored here, as in _walk */
+        }
+        else if (b1 < 0x80) {
+            p += 2 + ((b0 & 0x7F) >> 1) + ((int64_t)b1 << 6);
+        }
+        else {
+            int64_t length;
+            Py_ssize_t q;
+            if (scalar_varint(d, size, (Py_ssize_t)p, 5, &length, &q) < 0)
+                return -1;
+            if (length < MIN_BODY)
+                return corrupt("invalid record length %lld", (long long)length);
+            p = q + length;
+        }
+    }
+    *stop = p;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ field columns */
+
+enum { ERR_NONE, ERR_PAST, ERR_OVERFLOW, ERR_LONGER };
+
+/* _read_varints of decode.py: the varint at pos[i] of every record i, each ending at or
+ * before lim[i] (<= the data size). Of several bad records the one the vectorised decoder
+ * meets first is reported: it reads byte r of every unfinished varint before byte r + 1. */
+static int
+read_column(const uint8_t *d, Py_ssize_t m, const int64_t *pos, const int64_t *lim,
+            int max_bytes, const char *what, int64_t *val, int64_t *width)
+{
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (pos[i] >= lim[i])
+            return corrupt("record too short for its %s", what);
+    }
+    int best = INT32_MAX_, best_kind = ERR_NONE, too_wide = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t p = pos[i], end = lim[i];
+        uint8_t b = d[p];
+        uint64_t z = b & 0x7F;
+        int w = 1;
+        while (b >= 0x80) {
+            int key, kind;
+            if (w >= max_bytes) {
+                key = 2 * w, kind = ERR_LONGER;
+            }
+            else if (p + w >= end) {
+                key = 2 * w, kind = ERR_PAST;
+            }
+            else if ((b = d[p + w]), w == 9 && b > 1) {
+                key = 2 * w + 1, kind = ERR_OVERFLOW;
+            }
+            else {
+                z |= (uint64_t)(b & 0x7F) << (7 * w);
+                w++;
+                continue;
+            }
+            if (key < best)
+                best = key, best_kind = kind;
+            break;
+        }
+        if (max_bytes <= 5 && (z >> 32))
+            too_wide = 1;
+        val[i] = unzigzag(z);
+        width[i] = w;
+    }
+    switch (best_kind) {
+    case ERR_LONGER:
+        return corrupt("%s varint longer than %d bytes", what, max_bytes);
+    case ERR_PAST:
+        return corrupt("%s varint runs past the record", what);
+    case ERR_OVERFLOW:
+        return corrupt("%s varlong overflows 64 bits", what);
+    }
+    if (too_wide)
+        return corrupt("%s varint does not fit in 32 bits", what);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ headers */
+
+/* _parse_headers of decode.py: the header tuple of one record, p..end. */
+static PyObject *
+parse_headers(const uint8_t *d, Py_ssize_t size, Py_ssize_t p, Py_ssize_t end, int64_t count)
+{
+    if (count * 2 > end - p) {
+        corrupt("header count %lld exceeds the record", (long long)count);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New((Py_ssize_t)count);
+    if (out == NULL)
+        return NULL;
+    for (int64_t j = 0; j < count; j++) {
+        int64_t klen, vlen;
+        if (scalar_varint(d, size, p, 5, &klen, &p) < 0)
+            goto fail;
+        if (klen < 0 || p + klen > end) {
+            corrupt("invalid header key length %lld", (long long)klen);
+            goto fail;
+        }
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)d + p, (Py_ssize_t)klen, "strict");
+        if (key == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                corrupt("header key is not valid UTF-8");
+            }
+            goto fail;
+        }
+        p += (Py_ssize_t)klen;
+        if (scalar_varint(d, size, p, 5, &vlen, &p) < 0 || vlen < -1 || p + vlen > end) {
+            if (!PyErr_Occurred())
+                corrupt("invalid header value length %lld", (long long)vlen);
+            Py_DECREF(key);
+            goto fail;
+        }
+        PyObject *value;
+        if (vlen < 0) {
+            value = Py_NewRef(Py_None);
+        }
+        else {
+            value = PyBytes_FromStringAndSize((const char *)d + p, (Py_ssize_t)vlen);
+            p += (Py_ssize_t)vlen;
+        }
+        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL)
+            goto fail;
+        PyObject_GC_UnTrack(pair); /* a str and bytes/None: atomic */
+        PyTuple_SET_ITEM(out, (Py_ssize_t)j, pair);
+    }
+    if (p != end) {
+        corrupt("record headers do not end at the record's end");
+        goto fail;
+    }
+    PyObject_GC_UnTrack(out); /* holds only untracked pairs */
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* _decode_headers of decode.py: None when no record has headers, else one tuple each. */
+static PyObject *
+decode_headers(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, const int64_t *p,
+               const int64_t *ends, const int64_t *hc)
+{
+    int any = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (hc[i] > 0)
+            any = 1;
+        else if (p[i] != ends[i]) {
+            corrupt("record does not consume exactly its length");
+            return NULL;
+        }
+    }
+    if (!any)
+        Py_RETURN_NONE;
+    PyObject *empty = PyTuple_New(0);
+    PyObject *out = empty == NULL ? NULL : PyList_New(m);
+    if (out == NULL) {
+        Py_XDECREF(empty);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *h = hc[i] > 0 ? parse_headers(d, size, p[i], ends[i], hc[i])
+                                : Py_NewRef(empty);
+        if (h == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(empty);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, h);
+    }
+    Py_DECREF(empty);
+    return out;
+}
+
+/* ------------------------------------------------------------------------ decode */
+
+typedef struct {
+    int64_t base_offset, base_timestamp, max_timestamp, last_offset_delta;
+    int log_append;
+} BatchInfo;
+
+/* Scratch columns of one decode (one allocation). */
+typedef struct {
+    int64_t *chain, *a, *b, *w, *p;
+} Scratch;
+
+static int
+check_min(Py_ssize_t m, const int64_t *v, int64_t lo, const char *msg)
+{
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (v[i] < lo)
+            return corrupt("%s", msg);
+    }
+    return 0;
+}
+
+/* _decode_fields of decode.py. out64 = offsets, timestamps, key_pos, value_pos (m each);
+ * out32 = key_len, value_len. Returns the headers (None or a list) or NULL. */
+static PyObject *
+decode_fields(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, const BatchInfo *bi,
+              Scratch *s, int64_t *out64, int32_t *out32)
+{
+    const int64_t *rs = s->chain, *ends = s->chain + 1;
+    int64_t *offsets = out64, *timestamps = out64 + m, *kp = out64 + 2 * m;
+    int64_t *vp = out64 + 3 * m, *p = s->p, *v = s->a, *tsd = s->b, *w = s->w;
+
+    if (read_column(d, m, rs, ends, 5, "length", v, w) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        p[i] = rs[i] + w[i]; /* start of the body: the attributes byte */
+        if (p[i] + v[i] != ends[i] || v[i] < MIN_BODY) {
+            corrupt("invalid record length");
+            return NULL;
+        }
+        p[i] += 1;
+    }
+    if (read_column(d, m, p, ends, 10, "timestampDelta", tsd, w) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < m; i++)
+        p[i] += w[i];
+    if (read_column(d, m, p, ends, 5, "offsetDelta", offsets, w) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        p[i] += w[i];
+        if (offsets[i] < 0 || offsets[i] > bi->last_offset_delta) {
+            corrupt("offset delta outside [0, lastOffsetDelta]");
+            return NULL;
+        }
+    }
+    if (read_column(d, m, p, ends, 5, "keyLength", v, w) < 0)
+        return NULL;
+    if (check_min(m, v, -1, "negative key length") < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        kp[i] = p[i] + w[i];
+        out32[i] = (int32_t)v[i];
+        p[i] = kp[i] + (v[i] > 0 ? v[i] : 0);
+    }
+    if (read_column(d, m, p, ends, 5, "valueLength", v, w) < 0)
+        return NULL;
+    if (check_min(m, v, -1, "negative value length") < 0)
+        return NULL;
+    int plain = 1; /* every record ends with headersCount 0 */
+    for (Py_ssize_t i = 0; i < m; i++) {
+        vp[i] = p[i] + w[i];
+        out32[m + i] = (int32_t)v[i];
+        p[i] = vp[i] + (v[i] > 0 ? v[i] : 0);
+        if (p[i] + 1 != ends[i])
+            plain = 0;
+    }
+    for (Py_ssize_t i = 0; plain && i < m; i++) {
+        if (d[p[i]] != 0)
+            plain = 0;
+    }
+    PyObject *headers = Py_None;
+    if (!plain) {
+        if (read_column(d, m, p, ends, 5, "headersCount", v, w) < 0)
+            return NULL;
+        if (check_min(m, v, 0, "negative headers count") < 0)
+            return NULL;
+        for (Py_ssize_t i = 0; i < m; i++)
+            p[i] += w[i];
+        headers = decode_headers(d, size, m, p, ends, v);
+        if (headers == NULL)
+            return NULL;
+    }
+    else {
+        Py_INCREF(headers);
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        timestamps[i] = bi->log_append
+                            ? bi->max_timestamp
+                            : (int64_t)((uint64_t)tsd[i] + (uint64_t)bi->base_timestamp);
+        offsets[i] = (int64_t)((uint64_t)offsets[i] + (uint64_t)bi->base_offset);
+    }
+    return headers;
+}
+
+PyDoc_STRVAR(decode_doc,
+"decode(data, n, first, last, base_offset, base_timestamp, max_timestamp,\n"
+"       last_offset_delta, log_append, cols64, cols32) -> headers\n\n"
+"Records first..last-1 of a records section holding n records (first <= last <= n,\n"
+"n * 7 <= len(data)) into cols64 (int64: offsets, timestamps, key_pos, value_pos; m = last -\n"
+"first each) and cols32 (int32: key_len, value_len). Returns None (no record has headers) or\n"
+"one header tuple per record. CorruptBatchError / IndexError as decode.py's _decode.");
+
+static PyObject *
+py_decode(PyObject *self, PyObject *args)
+{
+    Py_buffer data, c64, c32;
+    long long n, first, last;
+    BatchInfo bi;
+    PyObject *o64, *o32;
+    if (!PyArg_ParseTuple(args, "y*LLLLLLLpOO", &data, &n, &first, &last, &bi.base_offset,
+                          &bi.base_timestamp, &bi.max_timestamp, &bi.last_offset_delta,
+                          &bi.log_append, &o64, &o32))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t size = data.len;
+    const uint8_t *d = (const uint8_t *)data.buf;
+    if (first < 0 || last < first || n < last || n > size / 7 + 1) {
+        PyErr_SetString(PyExc_ValueError, "invalid record range");
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    Py_ssize_t m = (Py_ssize_t)(last - first);
+    if (get_column(o64, &c64, 8, 1, 4 * m) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (get_column(o32, &c32, 4, 1, 2 * m) < 0) {
+        PyBuffer_Release(&c64);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    int64_t *mem = PyMem_Malloc(sizeof(int64_t) * (5 * (size_t)m + 1));
+    if (mem == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Scratch s = {mem, mem + m + 1, mem + 2 * m + 1, mem + 3 * m + 1, mem + 4 * m + 1};
+    int64_t stop = 0;
+    if (walk(d, size, last, first, s.chain, &stop) < 0)
+        goto done;
+    if (last == n && stop != size) {
+        corrupt("records do not end at the end of the batch");
+        goto done;
+    }
+    if (stop > size) {
+        corrupt("record runs past the end of the batch");
+        goto done;
+    }
+    s.chain[m] = stop;
+    if (m == 0)
+        result = Py_NewRef(Py_None);
+    else
+        result = decode_fields(d, size, m, &bi, &s, (int64_t *)c64.buf, (int32_t *)c32.buf);
+done:
+    PyMem_Free(mem);
+    PyBuffer_Release(&c32);
+    PyBuffer_Release(&c64);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ slices, records */
+
+/* Item i of a bytes column: data[pos:pos+len], None when len < 0. */
+static inline PyObject *
+column_item(const char *d, Py_ssize_t size, int64_t pos, int32_t len)
+{
+    if (len < 0)
+        return Py_NewRef(Py_None);
+    if (pos < 0 || pos + len > size) {
+        PyErr_SetString(PyExc_ValueError, "column position outside the data");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize(d + pos, len);
+}
+
+PyDoc_STRVAR(slices_doc,
+"slices(data, pos, lens) -> list\n\n"
+"[data[p:p+n] or None if n < 0 for p, n in zip(pos, lens)]; pos int64, lens int32.");
+
+static PyObject *
+py_slices(PyObject *self, PyObject *args)
+{
+    PyObject *data, *opos, *olen;
+    Py_buffer pos, len;
+    if (!PyArg_ParseTuple(args, "SOO", &data, &opos, &olen))
+        return NULL;
+    if (PyObject_GetBuffer(olen, &len, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t n = len.len / 4;
+    if (len.itemsize != 4 || get_column(opos, &pos, 8, 0, n) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "column of the wrong item size");
+        PyBuffer_Release(&len);
+        return NULL;
+    }
+    const char *d = PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    const int64_t *p = pos.buf;
+    const int32_t *l = len.buf;
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = column_item(d, size, p[i], l[i]);
+        if (item == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, item);
+    }
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return out;
+}
+
+static int
+check_record_type(PyTypeObject *t)
+{
+    if (!PyType_IsSubtype(t, &PyTuple_Type) || t->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        t->tp_itemsize != sizeof(PyObject *) || t->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "record type must be a slotted tuple subclass");
+        return -1;
+    }
+    return 0;
+}
+
+/* One Record(topic, partition, offset, timestamp, ttype, key, value, headers); untracked
+ * by the GC when every field is atomic (or an untracked tuple). */
+static PyObject *
+new_record(PyTypeObject *t, PyObject *fields[8], int atomic_prefix)
+{
+    PyObject *r = t->tp_alloc(t, 8);
+    if (r == NULL)
+        return NULL;
+    for (int k = 0; k < 8; k++)
+        PyTuple_SET_ITEM(r, k, Py_NewRef(fields[k]));
+    if (atomic_prefix && !PyObject_GC_IsTracked(fields[7]))
+        PyObject_GC_UnTrack(r);
+    return r;
+}
+
+PyDoc_STRVAR(records_doc,
+"records(record_type, topic, partition, ttype, data, offsets, timestamps, key_pos, key_len,\n"
+"        value_pos, value_len, headers) -> list\n\n"
+"One record_type(topic, partition, offset, timestamp, ttype, key, value, headers) per row.");
+
+static PyObject *
+py_records(PyObject *self, PyObject *args)
+{
+    PyTypeObject *t;
+    PyObject *topic, *partition, *ttype, *data, *cols[6], *headers;
+    if (!PyArg_ParseTuple(args, "O!OOOSOOOOOOO", &PyType_Type, &t, &topic, &partition, &ttype,
+                          &data, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5],
+                          &headers))
+        return NULL;
+    if (check_record_type(t) < 0)
+        return NULL;
+    Py_buffer v[6];
+    Py_ssize_t n = PyObject_Length(cols[0]);
+    if (n < 0)
+        return NULL;
+    static const int sizes[6] = {8, 8, 8, 4, 8, 4};
+    int got = 0;
+    for (; got < 6; got++) {
+        if (get_column(cols[got], &v[got], sizes[got], 0, n) < 0)
+            break;
+    }
+    PyObject *out = NULL, *empty = PyTuple_New(0);
+    if (got < 6 || empty == NULL)
+        goto done;
+    if (headers != Py_None && (!PyList_Check(headers) || PyList_GET_SIZE(headers) != n)) {
+        PyErr_SetString(PyExc_ValueError, "headers must be None or one tuple per record");
+        goto done;
+    }
+    int atomic = PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition) &&
+                 PyLong_CheckExact(ttype);
+    const char *d = PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    const int64_t *off = v[0].buf, *ts = v[1].buf, *kp = v[2].buf, *vp = v[4].buf;
+    const int32_t *kl = v[3].buf, *vl = v[5].buf;
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *f[8] = {topic, partition, PyLong_FromLongLong(off[i]),
+                          PyLong_FromLongLong(ts[i]), ttype,
+                          column_item(d, size, kp[i], kl[i]),
+                          column_item(d, size, vp[i], vl[i]),
+                          headers == Py_None ? empty : PyList_GET_ITEM(headers, i)};
+        PyObject *r = NULL;
+        if (f[2] && f[3] && f[5] && f[6])
+            r = new_record(t, f, atomic);
+        Py_XDECREF(f[2]);
+        Py_XDECREF(f[3]);
+        Py_XDECREF(f[5]);
+        Py_XDECREF(f[6]);
+        if (r == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, r);
+    }
+done:
+    Py_XDECREF(empty);
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    return out;
+}
+
+/* ------------------------------------------------------------------------ encode */
+
+/* A key or value: its bytes and length (-1 = null); `view` holds a non-bytes buffer. */
+typedef struct {
+    const char *ptr;
+    Py_ssize_t len;
+} Item;
+
+typedef struct {
+    Py_ssize_t n;
+    Item *keys, *values;
+    PyObject **hsec;  /* encoded header sections (NULL = none: one 0x00 byte) */
+    Py_buffer *views; /* buffers held for non-bytes items */
+    Py_ssize_t nviews;
+} EncodeState;
+
+static int
+get_item(EncodeState *st, PyObject *obj, Item *it)
+{
+    if (obj == Py_None) {
+        it->ptr = NULL, it->len = -1;
+        return 0;
+    }
+    if (PyBytes_CheckExact(obj)) {
+        it->ptr = PyBytes_AS_STRING(obj), it->len = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    Py_buffer *view = &st->views[st->nviews];
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Format(PyExc_TypeError, "keys and values must be bytes-like or None, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    st->nviews++;
+    it->ptr = view->buf, it->len = view->len;
+    return 0;
+}
+
+/* A growable byte buffer (header sections). */
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t len, cap;
+} Grow;
+
+static uint8_t *
+grow(Grow *g, Py_ssize_t more)
+{
+    if (g->len + more > g->cap) {
+        Py_ssize_t cap = (g->len + more) * 2 + 32;
+        uint8_t *p = PyMem_Realloc(g->p, (size_t)cap);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        g->p = p, g->cap = cap;
+    }
+    uint8_t *at = g->p + g->len;
+    g->len += more;
+    return at;
+}
+
+/* varint(len) + the bytes; len < 0 writes the null marker 0x01. */
+static int
+grow_item(Grow *g, const char *ptr, Py_ssize_t len)
+{
+    uint8_t *o = grow(g, len < 0 ? 1 : 10 + len);
+    if (o == NULL)
+        return -1;
+    if (len < 0) {
+        *o = 0x01;
+        return 0;
+    }
+    uint8_t *e = put_varint(o, zigzag(len));
+    memcpy(e, ptr, (size_t)len);
+    g->len -= 10 - (e - o);
+    return 0;
+}
+
+/* One (key, value) header pair of _encode_headers. */
+static int
+encode_pair(Grow *g, PyObject *item)
+{
+    PyObject *pair = PySequence_Fast(item, "a header must be a (key, value) pair");
+    if (pair == NULL)
+        return -1;
+    int rc = -1;
+    if (PySequence_Fast_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_ValueError, "a header must be a (key, value) pair");
+        goto done;
+    }
+    PyObject *k = PySequence_Fast_GET_ITEM(pair, 0), *v = PySequence_Fast_GET_ITEM(pair, 1);
+    if (!PyUnicode_Check(k)) {
+        PyErr_Format(PyExc_TypeError, "header keys must be str, not %.100s", Py_TYPE(k)->tp_name);
+        goto done;
+    }
+    Py_ssize_t klen;
+    const char *kb = PyUnicode_AsUTF8AndSize(k, &klen);
+    if (kb == NULL || grow_item(g, kb, klen) < 0)
+        goto done;
+    if (v == Py_None) {
+        rc = grow_item(g, NULL, -1);
+    }
+    else {
+        Py_buffer view;
+        if (PyObject_GetBuffer(v, &view, PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        rc = grow_item(g, view.buf, view.len);
+        PyBuffer_Release(&view);
+    }
+done:
+    Py_DECREF(pair);
+    return rc;
+}
+
+/* _encode_headers of encode.py: one record's header section (count, then key/value pairs). */
+static PyObject *
+encode_headers(PyObject *hs)
+{
+    PyObject *seq = PySequence_Fast(hs, "headers must be sequences of (key, value) pairs");
+    if (seq == NULL)
+        return NULL;
+    Grow g = {NULL, 0, 0};
+    PyObject *out = NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    uint8_t *o = grow(&g, 10);
+    if (o == NULL)
+        goto done;
+    g.len = put_varint(o, zigzag(count)) - g.p;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (encode_pair(&g, PySequence_Fast_GET_ITEM(seq, j)) < 0)
+            goto done;
+    }
+    out = PyBytes_FromStringAndSize((const char *)g.p, g.len);
+done:
+    PyMem_Free(g.p);
+    Py_DECREF(seq);
+    return out;
+}
+
+static void
+encode_state_free(EncodeState *st)
+{
+    for (Py_ssize_t i = 0; i < st->nviews; i++)
+        PyBuffer_Release(&st->views[i]);
+    if (st->hsec != NULL) {
+        for (Py_ssize_t i = 0; i < st->n; i++)
+            Py_XDECREF(st->hsec[i]);
+    }
+    PyMem_Free(st->keys);
+    PyMem_Free(st->values);
+    PyMem_Free(st->hsec);
+    PyMem_Free(st->views);
+}
+
+/* First pass: every key, value and header section, held until the batch is written. */
+static int
+encode_gather(EncodeState *st, PyObject *values, PyObject *keys, PyObject *headers)
+{
+    Py_ssize_t n = st->n;
+    st->keys = PyMem_Calloc(n + 1, sizeof(Item));
+    st->values = PyMem_Calloc(n + 1, sizeof(Item));
+    st->views = PyMem_Calloc(2 * n + 1, sizeof(Py_buffer));
+    if (!st->keys || !st->values || !st->views) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (get_item(st, PySequence_Fast_GET_ITEM(values, i), &st->values[i]) < 0)
+            return -1;
+        if (keys == NULL)
+            st->keys[i].len = -1;
+        else if (get_item(st, PySequence_Fast_GET_ITEM(keys, i), &st->keys[i]) < 0)
+            return -1;
+    }
+    if (headers == NULL)
+        return 0;
+    st->hsec = PyMem_Calloc(n + 1, sizeof(PyObject *));
+    if (st->hsec == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        int truth = PyObject_IsTrue(h);
+        if (truth < 0)
+            return -1;
+        if (truth && (st->hsec[i] = encode_headers(h)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* Per-record deltas: an int64 column, or one int for every record. */
+typedef struct {
+    Py_buffer view;
+    int64_t scalar;
+    int has_view;
+} Deltas;
+
+static int
+get_deltas(PyObject *obj, Py_ssize_t n, Deltas *out, int64_t dflt_step)
+{
+    out->has_view = 0;
+    out->scalar = 0;
+    if (obj == Py_None) {
+        out->scalar = dflt_step; /* offset deltas 0..n-1 */
+        return 0;
+    }
+    if (PyLong_Check(obj)) {
+        int overflow;
+        out->scalar = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (overflow) {
+            PyErr_Format(PyExc_ValueError, "varint out of int64 range: %S", obj);
+            return -1;
+        }
+        return out->scalar == -1 && PyErr_Occurred() ? -1 : 0;
+    }
+    if (get_column(obj, &out->view, 8, 0, n) < 0)
+        return -1;
+    out->has_view = 1;
+    return 0;
+}
+
+static inline int64_t
+delta_at(const Deltas *dl, Py_ssize_t i, int is_offset)
+{
+    if (dl->has_view)
+        return ((const int64_t *)dl->view.buf)[i];
+    return is_offset ? (int64_t)i : dl->scalar;
+}
+
+static Py_ssize_t
+record_body(const EncodeState *st, Py_ssize_t i, int64_t tsd, int64_t od)
+{
+    const Item *k = &st->keys[i], *v = &st->values[i];
+    Py_ssize_t body = 1 + varint_width(zigzag(tsd)) + varint_width(zigzag(od));
+    body += k->len < 0 ? 1 : varint_width(zigzag(k->len)) + k->len;
+    body += v->len < 0 ? 1 : varint_width(zigzag(v->len)) + v->len;
+    body += st->hsec && st->hsec[i] ? PyBytes_GET_SIZE(st->hsec[i]) : 1;
+    return body;
+}
+
+static uint8_t *
+put_item(uint8_t *o, const Item *it)
+{
+    if (it->len < 0) {
+        *o++ = 0x01;
+        return o;
+    }
+    o = put_varint(o, zigzag(it->len));
+    memcpy(o, it->ptr, (size_t)it->len);
+    return o + it->len;
+}
+
+/* Second pass: the records, written into out[0, total). */
+static void
+encode_write(const EncodeState *st, const Deltas *tsd, const Deltas *od, uint8_t *o)
+{
+    for (Py_ssize_t i = 0; i < st->n; i++) {
+        int64_t t = delta_at(tsd, i, 0), f = delta_at(od, i, 1);
+        o = put_varint(o, zigzag(record_body(st, i, t, f)));
+        *o++ = 0x00;
+        o = put_varint(o, zigzag(t));
+        o = put_varint(o, zigzag(f));
+        o = put_item(o, &st->keys[i]);
+        o = put_item(o, &st->values[i]);
+        if (st->hsec && st->hsec[i]) {
+            memcpy(o, PyBytes_AS_STRING(st->hsec[i]), PyBytes_GET_SIZE(st->hsec[i]));
+            o += PyBytes_GET_SIZE(st->hsec[i]);
+        }
+        else {
+            *o++ = 0x00;
+        }
+    }
+}
+
+static int
+finish_batch(PyObject *out, Py_ssize_t records)
+{
+    uint8_t *b = (uint8_t *)PyBytes_AS_STRING(out);
+    uint32_t length = (uint32_t)(HEADER_SIZE - 12 + records);
+    b[8] = length >> 24, b[9] = length >> 16, b[10] = length >> 8, b[11] = length;
+    Py_ssize_t size = PyBytes_GET_SIZE(out);
+    PyObject *mv = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
+    if (mv == NULL)
+        return -1;
+    PyObject *crc = PyObject_CallOneArg(Crc32c, mv);
+    Py_DECREF(mv);
+    if (crc == NULL)
+        return -1;
+    unsigned long c = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (c == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    b[17] = (uint8_t)(c >> 24), b[18] = (uint8_t)(c >> 16), b[19] = (uint8_t)(c >> 8);
+    b[20] = (uint8_t)c;
+    return 0;
+}
+
+static PyObject *
+fast_or_null(PyObject *obj, Py_ssize_t n, const char *what)
+{
+    if (obj == Py_None)
+        return NULL;
+    PyObject *seq = PySequence_Fast(obj, "keys/headers must be sequences");
+    if (seq != NULL && PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd %s for %zd values", PySequence_Fast_GET_SIZE(seq),
+                     what, n);
+        Py_CLEAR(seq);
+    }
+    return seq;
+}
+
+PyDoc_STRVAR(encode_doc,
+"encode(values, keys, headers, tsd, od, header) -> bytes\n\n"
+"The records section of values/keys/headers (keys, headers: None or one per value) with\n"
+"timestampDeltas tsd (int64 column or one int) and offsetDeltas od (int64 column, or None\n"
+"for 0..n-1). With header (61 packed bytes, batchLength and CRC ignored): the whole batch,\n"
+"batchLength and CRC-32C written in place.");
+
+static PyObject *
+py_encode(PyObject *self, PyObject *args)
+{
+    PyObject *ovalues, *okeys, *oheaders, *otsd, *ood, *hdr;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &ovalues, &okeys, &oheaders, &otsd, &ood, &hdr))
+        return NULL;
+    if (hdr != Py_None && (!PyBytes_Check(hdr) || PyBytes_GET_SIZE(hdr) != HEADER_SIZE)) {
+        PyErr_SetString(PyExc_ValueError, "header must be 61 bytes");
+        return NULL;
+    }
+    PyObject *values = PySequence_Fast(ovalues, "values must be a sequence"), *out = NULL;
+    if (values == NULL)
+        return NULL;
+    EncodeState st = {PySequence_Fast_GET_SIZE(values)};
+    Deltas tsd = {.has_view = 0}, od = {.has_view = 0};
+    PyObject *keys = fast_or_null(okeys, st.n, "keys");
+    PyObject *headers = keys || okeys == Py_None ? fast_or_null(oheaders, st.n, "headers") : NULL;
+    if (PyErr_Occurred() || get_deltas(otsd, st.n, &tsd, 0) < 0 ||
+        get_deltas(ood, st.n, &od, 1) < 0 || encode_gather(&st, values, keys, headers) < 0)
+        goto done;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < st.n; i++) {
+        Py_ssize_t body = record_body(&st, i, delta_at(&tsd, i, 0), delta_at(&od, i, 1));
+        if (body > INT32_MAX_) {
+            PyErr_SetString(PyExc_ValueError, "record too large");
+            goto done;
+        }
+        total += varint_width(zigzag(body)) + body;
+    }
+    Py_ssize_t at = hdr == Py_None ? 0 : HEADER_SIZE;
+    if (at && total > INT32_MAX_ - (HEADER_SIZE - 12)) {
+        PyErr_SetString(PyExc_ValueError, "batch too large");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, at + total);
+    if (out == NULL)
+        goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    if (at)
+        memcpy(o, PyBytes_AS_STRING(hdr), HEADER_SIZE);
+    encode_write(&st, &tsd, &od, o + at);
+    if (at && finish_batch(out, total) < 0)
+        Py_CLEAR(out);
+done:
+    encode_state_free(&st);
+    if (tsd.has_view)
+        PyBuffer_Release(&tsd.view);
+    if (od.has_view)
+        PyBuffer_Release(&od.view);
+    Py_XDECREF(keys);
+    Py_XDECREF(headers);
+    Py_DECREF(values);
+    return out;
+}
+
+/* ------------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"decode", py_decode, METH_VARARGS, decode_doc},
+    {"slices", py_slices, METH_VARARGS, slices_doc},
+    {"records", py_records, METH_VARARGS, records_doc},
+    {"encode", py_encode, METH_VARARGS, encode_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_ccodec",
+    "The compiled core of embedlog's v2 batch codec (see embedlog.segment.decode/encode).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__ccodec(void)
+{
+    PyObject *errors = PyImport_ImportModule("embedlog.errors");
+    if (errors == NULL)
+        return NULL;
+    CorruptBatchError = PyObject_GetAttrString(errors, "CorruptBatchError");
+    Py_DECREF(errors);
+    PyObject *crc = PyImport_ImportModule("crc32c");
+    if (crc == NULL)
+        return NULL;
+    Crc32c = PyObject_GetAttrString(crc, "crc32c");
+    Py_DECREF(crc);
+    if (CorruptBatchError == NULL || Crc32c == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,19 @@
+from collections.abc import Sequence
+from typing import Any
+
+def decode(
+    data: bytes, n: int, first: int, last: int, base_offset: int, base_timestamp: int,
+    max_timestamp: int, last_offset_delta: int, log_append: bool, cols64: Any, cols32: Any,
+    /,
+) -> list[tuple[tuple[str, bytes | None], ...]] | None: ...
+def slices(data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
+def records(
+    record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,
+    offsets: Any, timestamps: Any, key_pos: Any, key_len: Any, value_pos: Any,
+    value_len: Any, headers: list[tuple[tuple[str, bytes | None], ...]] | None, /,
+) -> list[Any]: ...
+def encode(
+    values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None, tsd: Any, od: Any,
+    header: bytes | None, /,
+) -> bytes: ...

@@ -1,0 +1,61 @@
+"""Which implementation of the batch codec runs: the compiled core or the pure-Python one.
+
+The compiled core (``embedlog.segment._ccodec``, built from ``_ccodec.c`` when the package is
+installed with a C compiler) takes over the hot loops of :mod:`embedlog.segment.decode` and
+:mod:`embedlog.segment.encode` behind their own functions; the pure-Python code is the
+reference and the fallback. It is used when the extension was not built, or when the
+environment variable ``EMBEDLOG_PURE`` is set to anything but ``""`` or ``"0"`` when embedlog
+is imported. Both give the same bytes, records and errors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["CORE", "Core", "codec_implementation"]
+
+
+class Core(Protocol):
+    """The functions of the compiled core (documented in ``_ccodec.c``)."""
+
+    def decode(
+        self, data: bytes, n: int, first: int, last: int, base_offset: int,
+        base_timestamp: int, max_timestamp: int, last_offset_delta: int, log_append: bool,
+        cols64: Any, cols32: Any, /,
+    ) -> list[tuple[tuple[str, bytes | None], ...]] | None: ...
+
+    def slices(self, data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
+
+    def records(
+        self, record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,
+        offsets: Any, timestamps: Any, key_pos: Any, key_len: Any, value_pos: Any,
+        value_len: Any, headers: list[tuple[tuple[str, bytes | None], ...]] | None, /,
+    ) -> list[Any]: ...
+
+    def encode(
+        self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None, tsd: Any,
+        od: Any, header: bytes | None, /,
+    ) -> bytes: ...
+
+
+def _load() -> Core | None:
+    if os.environ.get("EMBEDLOG_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from embedlog.segment import _ccodec
+    except ImportError:
+        return None
+    return _ccodec
+
+
+CORE: Core | None = _load()
+"""The compiled core, or None when the pure-Python codec runs. Read at each call, so a test
+may set it to None to run the reference implementation."""
+
+
+def codec_implementation() -> str:
+    """``"c"`` when the compiled codec core is in use, ``"python"`` for the pure fallback."""
+    return "python" if CORE is None else "c"
