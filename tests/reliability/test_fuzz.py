@@ -31,7 +31,7 @@ from .workloads import scratch_dir
 
 atheris = pytest.importorskip("atheris")
 
-TARGETS = ("batch", "varint", "index", "metadata", "codecs")
+TARGETS = ("batch", "core", "varint", "index", "metadata", "codecs")
 SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "60"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -75,6 +75,7 @@ def _codec_seeds() -> list[bytes]:
 
 SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "batch": _batch_seeds,
+    "core": _batch_seeds,  # the compiled decoder against the pure one
     "varint": lambda: [b"\x00\x02\x04\x80\x01", b"\x01\xff\xff\xff\xff\x0f", b"\x00" + b"\xff" * 9
                        + b"\x01"],
     "index": _index_seeds,

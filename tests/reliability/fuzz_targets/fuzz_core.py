@@ -1,0 +1,73 @@
+"""atheris target: the compiled codec core against the pure-Python decoder.
+
+Each input is a record batch (the first byte picks CRC fix-up, a record count lie and a
+point-read range); both implementations decode it and must return the same columns, values,
+headers and Record objects, or raise the same CorruptBatchError message. Coverage guidance comes
+from the instrumented pure decoder. Skips (exit 0 at once) when the core is not built.
+"""
+
+import sys
+
+import atheris  # type: ignore[import-untyped]
+import crc32c
+import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
+
+with atheris.instrument_imports(include=["embedlog"]):
+    from embedlog.errors import CorruptBatchError
+    from embedlog.segment import _native
+    from embedlog.segment import format as fmt
+
+try:
+    from embedlog.segment import _ccodec
+except ImportError:
+    _ccodec = None
+
+MAX_BATCH = 1 << 20
+
+
+def _decode(buf: bytes, first: int, count: int | None) -> object:
+    try:
+        header = fmt.next_batch(buf, 0, verify=True, max_batch_size=MAX_BATCH)
+        if header is None:
+            return None
+        r = fmt.decode_records(buf, 0, header, max_decompressed=MAX_BATCH, first=first,
+                               count=count)
+        return (r.offsets.tolist(), r.timestamps.tolist(), r.key_pos.tolist(),
+                r.key_len.tolist(), r.value_pos.tolist(), r.value_len.tolist(), r.keys(),
+                r.values(), r.headers, r.records("t", 0, header.timestamp_type))
+    except CorruptBatchError as e:
+        return (type(e), str(e))
+
+
+def test_one_input(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    mode, buf = data[0], bytearray(data[1:])
+    first, count = (mode >> 2) & 7, (None if mode & 0x20 else (mode >> 6))
+    if len(buf) >= fmt.HEADER_SIZE:
+        if mode & 2:
+            count_lie = (int.from_bytes(buf[57:61], "big") + 1) & 0xFFFFFFFF
+            buf[57:61] = count_lie.to_bytes(4, "big")
+        if mode & 1 or mode & 2:
+            buf[17:21] = crc32c.crc32c(bytes(buf[21:])).to_bytes(4, "big")
+    saved = _native.CORE
+    try:
+        _native.CORE = _ccodec
+        got_c = _decode(bytes(buf), first, count)
+        _native.CORE = None
+        got_py = _decode(bytes(buf), first, count)
+    finally:
+        _native.CORE = saved
+    if got_c != got_py:
+        raise AssertionError(f"compiled {got_c!r} != pure {got_py!r}")
+
+
+def main() -> None:
+    if _ccodec is None:
+        return
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""The compiled codec core against the pure-Python reference (differential tests).
+
+Hypothesis builds batches (every codec, keys, values, nulls, headers, control and
+transactional batches, offset gaps, LogAppendTime, delete horizons) and damages their records
+sections (bit flips, truncation, inserted and deleted bytes, lying lengths and varints, lying
+record counts); the compiled and the pure implementations must return the same records, or
+raise the same exception type with the same message. The encoder must give the same bytes.
+Runs whichever implementation ``EMBEDLOG_PURE`` selects for the rest of the suite.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import embedlog
+from embedlog.segment import _native, decode, encode
+from embedlog.segment import format as fmt
+from embedlog.segment.codecs import Compression
+
+try:
+    from embedlog.segment import _ccodec
+except ImportError:  # pragma: no cover - the pure-only install
+    pytest.skip("the compiled codec core is not built", allow_module_level=True)
+
+T = TypeVar("T")
+I64 = 2**63
+
+
+@contextmanager
+def _core(core: Any) -> Iterator[None]:
+    saved = _native.CORE
+    _native.CORE = core
+    try:
+        yield
+    finally:
+        _native.CORE = saved
+
+
+def both(fn: Callable[[], T]) -> tuple[Any, Any]:
+    """(C outcome, pure outcome): the value, or ("raised", type, message)."""
+    out = []
+    for core in (_ccodec, None):
+        with _core(core):
+            try:
+                out.append(fn())
+            except Exception as e:
+                out.append(("raised", type(e), str(e)))
+    return out[0], out[1]
+
+
+# --------------------------------------------------------------------------- strategies
+
+payload = st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=100, max_size=300))
+header_list = st.one_of(
+    st.none(),
+    st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=8))),
+             max_size=3),
+)
+deltas = st.one_of(st.integers(-5, 5), st.integers(-(2**40), 2**40), st.integers(-I64, I64 - 1))
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> dict[str, Any]:
+    n = draw(st.integers(0, 24))
+    keyed = draw(st.booleans())
+    with_headers = draw(st.booleans())
+    ts0 = draw(st.integers(-(2**50), 2**50))
+    gaps = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    args: dict[str, Any] = {
+        "values": draw(st.lists(payload, min_size=n, max_size=n)),
+        "keys": draw(st.lists(payload, min_size=n, max_size=n)) if keyed else None,
+        "headers": draw(st.lists(header_list, min_size=n, max_size=n)) if with_headers else None,
+        "timestamps": draw(st.one_of(
+            st.just(ts0),
+            st.lists(st.integers(ts0 - 2**20, ts0 + 2**20), min_size=n, max_size=n))),
+        "compression": draw(st.sampled_from(list(Compression))),
+        "timestamp_type": draw(st.integers(0, 1)),
+        "is_transactional": draw(st.booleans()),
+        "is_control": draw(st.booleans()),
+        "producer_id": draw(st.sampled_from([-1, 0, 7, 2**62])),
+        "producer_epoch": draw(st.sampled_from([-1, 0, 3])),
+        "base_sequence": draw(st.sampled_from([-1, 0, 11])),
+        "base_offset": draw(st.sampled_from([0, 5, 2**40])),
+    }
+    if n and draw(st.booleans()):
+        args["offset_deltas"] = np.cumsum(gaps) - gaps[0]
+    if n == 0 or draw(st.booleans()):
+        args["last_offset_delta"] = (int(np.sum(gaps)) if n else 0) + draw(st.integers(0, 9))
+    if n and draw(st.booleans()):
+        args["delete_horizon_ms"] = ts0 + draw(st.integers(-1000, 1000))
+    if args["timestamp_type"] == 1:
+        args["max_timestamp"] = ts0 + 99
+    return args
+
+
+# --------------------------------------------------------------------------- encoder
+
+
+@given(batches())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_encoder_bytes_identical(args: dict[str, Any]) -> None:
+    c, py = both(lambda: fmt.encode_batch(**args))
+    assert c == py
+
+
+@given(st.lists(payload, min_size=1, max_size=20), st.lists(deltas, min_size=1, max_size=20))
+@settings(max_examples=150, deadline=None)
+def test_encoder_extreme_deltas(values: list[bytes | None], tsd: list[int]) -> None:
+    """Timestamp deltas anywhere in int64 (varlongs of every width), via delete horizons."""
+    n = min(len(values), len(tsd))
+    stamps = np.array(tsd[:n], np.int64)
+    c, py = both(lambda: fmt.encode_batch(values[:n], timestamps=stamps, delete_horizon_ms=0))
+    assert c == py
+    c, py = both(lambda: fmt.encode_batch(values[:1], timestamps=int(tsd[0]),
+                                          delete_horizon_ms=-(2**62)))
+    assert c == py
+
+
+@pytest.mark.parametrize("bad", [
+    {"keys": [b"a", b"b"]},
+    {"headers": [None, None]},
+    {"headers": [[(1, b"x")]]},
+    {"timestamps": 2**63 - 1, "delete_horizon_ms": -5},
+    {"producer_epoch": 2**15},
+    {"base_offset": 2**63},
+])
+def test_encoder_errors_match(bad: dict[str, Any]) -> None:
+    args: dict[str, Any] = {"timestamps": 0, **bad}
+    c, py = both(lambda: fmt.encode_batch([b"v"], **args))
+    assert c[0] == "raised" and c[:2] == py[:2], (c, py)
+    assert c == py or bad.get("headers") == [[(1, b"x")]]
+
+
+def test_encoder_accepts_buffers() -> None:
+    values = [bytearray(b"abc"), memoryview(b"defg"), b"h"] * 4
+    c, py = both(lambda: fmt.encode_batch(values, keys=[b"k"] * 12, timestamps=1))  # type: ignore[arg-type]
+    assert c == py
+
+
+# --------------------------------------------------------------------------- decoder
+
+
+def _outcome(buf: bytes, first: int = 0, count: int | None = None) -> Any:
+    header = fmt.parse_header(buf, 0)
+    r = fmt.decode_records(buf, 0, header, first=first, count=count)
+    return (r.offsets.tolist(), r.timestamps.tolist(), r.key_pos.tolist(), r.key_len.tolist(),
+            r.value_pos.tolist(), r.value_len.tolist(), r.keys(), r.values(), r.headers,
+            [r.header(i) for i in range(len(r))],
+            r.records("t", 3, header.timestamp_type))
+
+
+def _with_records(batch: bytes, records: bytes, count: int, lod_extra: int) -> bytes:
+    header = fmt.parse_header(batch, 0)
+    rebuilt = fmt.rebuild_batch(header, records, count, header.max_timestamp)
+    out = bytearray(rebuilt)
+    lod = max(0, header.last_offset_delta + lod_extra)
+    out[23:27] = min(lod, 2**31 - 1).to_bytes(4, "big")
+    return bytes(out)
+
+
+def _damage(data: bytes, how: int, at: int, blob: bytes) -> bytes:
+    at = at % (len(data) + 1)
+    if how == 0:  # bit flips
+        b = bytearray(data)
+        for i, x in enumerate(blob[:4]):
+            if b:
+                b[(at + i * 7) % len(b)] ^= x or 1
+        return bytes(b)
+    if how == 1:  # truncation
+        return data[:at]
+    if how == 2:  # inserted bytes
+        return data[:at] + blob + data[at:]
+    if how == 3:  # deleted bytes
+        return data[:at] + data[at + len(blob) + 1 :]
+    # a lying varint over whatever was there (a length, a delta, a count)
+    lie = fmt.encode_varint(int.from_bytes(blob[:8].ljust(8, b"\0"), "big", signed=True)
+                            >> (blob[0] % 64 if blob else 0))
+    return data[:at] + lie + data[at + len(lie) :]
+
+
+@given(batches(), st.integers(0, 4), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
+       st.integers(-2, 3), st.integers(-1, 3), st.integers(0, 30), st.none() | st.integers(0, 9))
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_decoder_identical_on_damage(
+    args: dict[str, Any], how: int, at: int, blob: bytes, count_extra: int, lod_extra: int,
+    first: int, count: int | None,
+) -> None:
+    try:
+        batch = fmt.encode_batch(**args)
+    except ValueError:
+        assume(False)
+    n = len(args["values"])
+    assume(n > 0)
+    section = fmt.encode_batch(args["values"], keys=args["keys"], headers=args["headers"],
+                               timestamps=args["timestamps"],
+                               offset_deltas=args.get("offset_deltas"))[fmt.HEADER_SIZE :]
+    damaged = section if how == 5 else _damage(section, how, at, blob)
+    buf = _with_records(batch, damaged, max(0, n + count_extra), lod_extra)
+    c, py = both(lambda: _outcome(buf, first, count))
+    assert c == py
+
+
+@given(batches(), st.integers(0, 30), st.none() | st.integers(0, 9))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_decoder_identical_on_valid_batches(
+    args: dict[str, Any], first: int, count: int | None
+) -> None:
+    try:
+        buf = fmt.encode_batch(**args)
+    except ValueError:
+        assume(False)
+    c, py = both(lambda: _outcome(buf, first, count))
+    assert c == py
+    assert c[0] != "raised"
+
+
+@given(st.binary(max_size=200), st.integers(0, 40), st.integers(0, 3))
+@settings(max_examples=400, deadline=None)
+def test_decoder_identical_on_random_sections(data: bytes, n: int, lod: int) -> None:
+    """Arbitrary bytes as a records section claiming ``n`` records."""
+    batch = fmt.encode_batch([b"x"] * max(n, 1), timestamps=5, last_offset_delta=n + lod)
+    buf = _with_records(batch, data, n, 0)
+    c, py = both(lambda: _outcome(buf))
+    assert c == py
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def test_records_are_untracked_when_atomic() -> None:
+    buf = fmt.encode_batch([b"a", None], keys=[None, b"k"],
+                           headers=[None, [("h", b"v"), ("n", None)]], timestamps=[1, 2])
+    header = fmt.parse_header(buf)
+    with _core(_ccodec):
+        rs = fmt.decode_records(buf, 0, header).records("t", 0, 0)
+    assert rs[0] == embedlog.Record("t", 0, 0, 1, 0, None, b"a", ())
+    assert rs[1] == embedlog.Record("t", 0, 1, 2, 0, b"k", None, (("h", b"v"), ("n", None)))
+    assert type(rs[0]) is embedlog.Record
+    assert not gc.is_tracked(rs[0]) and not gc.is_tracked(rs[1])
+    tracked = [embedlog.Record("t", 0, 0, 0, 0, None, None, ([],))]  # type: ignore[list-item]
+    assert gc.is_tracked(tracked[0])
+
+
+def test_records_with_a_tracked_topic_stay_tracked() -> None:
+    buf = fmt.encode_batch([b"a"], timestamps=1)
+    with _core(_ccodec):
+        r = fmt.decode_records(buf, 0, fmt.parse_header(buf))
+        assert not gc.is_tracked(r.records("t", 0, 0)[0])
+        assert gc.is_tracked(r.records(_Topic("t"), 0, 0)[0])
+
+
+class _Topic(str):
+    """A str subclass may carry a __dict__: records holding one stay tracked."""
+
+
+def test_implementation_is_reported() -> None:
+    assert embedlog.codec_implementation() in ("c", "python")
+    assert embedlog.codec_implementation() == ("python" if _native.CORE is None else "c")
+    assert decode.__name__ and encode.__name__
