@@ -1,6 +1,7 @@
 """pytest-benchmark: encode and decode one 1000-record v2 batch with each codec.
 
     pytest benches/bench_format.py --benchmark-only --benchmark-columns=median,ops
+    python benches/bench_format.py [--rounds 15]   # compiled core vs pure Python, one run
 
 Records as in design/performance.md: 8-16 B random keys, int64 ms timestamps (increasing by
 1 ms), 100 B values -- random bytes for ``none`` and ~100 B JSON click events for the
@@ -18,8 +19,10 @@ import numpy as np
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from embedlog.records import Record
+from embedlog.segment import _native
 from embedlog.segment.codecs import Compression
-from embedlog.segment.format import decode_records, encode_batch, next_batch
+from embedlog.segment.format import decode_records, encode_batch, next_batch, parse_header
 
 N = 1000
 T0 = 1_700_000_000_000
@@ -119,3 +122,82 @@ def test_kafka_python_decode(benchmark: Any) -> None:
 
     assert benchmark(run) == values
     _info(benchmark, batch)
+
+
+# --------------------------------------------------------------------------- C vs pure
+
+
+def _steps() -> dict[str, Any]:
+    """name -> (callable, records it handles) for one 1000-record batch."""
+    keys, values, stamps = _records(Compression.NONE)
+    _, jvalues, _ = _records(Compression.ZSTD)
+    batch = encode_batch(values, keys=keys, timestamps=stamps)
+    header = parse_header(batch)
+
+    def full_decode() -> None:
+        r = decode_records(batch, 0, header)
+        r.keys()
+        r.values()
+
+    def records() -> None:
+        decode_records(batch, 0, header).records("t", 0, 0)
+
+    def records_python() -> None:  # the map/zip path partition.read uses today
+        r = decode_records(batch, 0, header)
+        list(map(tuple.__new__, [Record] * N, zip(
+            ["t"] * N, [0] * N, r.offsets.tolist(), r.timestamps.tolist(), [0] * N,
+            r.keys(), r.values(), [()] * N, strict=True)))
+
+    return {
+        "encode none (header+CRC)": (lambda: encode_batch(values, keys=keys, timestamps=stamps),
+                                     N),
+        "encode zstd": (lambda: encode_batch(jvalues, keys=keys, timestamps=stamps,
+                                             compression=Compression.ZSTD), N),
+        "decode columns": (lambda: decode_records(batch, 0, header), N),
+        "decode + keys/values": (full_decode, N),
+        "decode + Record objects": (records, N),
+        "decode + Records by map/zip": (records_python, N),
+        "point decode (500th)": (lambda: decode_records(batch, 0, header, first=500, count=1),
+                                 1),
+    }
+
+
+def _time(fn: Any, rounds: int) -> float:
+    import time
+
+    times = []
+    for _ in range(rounds):
+        t0 = time.process_time()  # CPU time: neighbours on a shared machine do not count
+        for _ in range(5):
+            fn()
+        times.append((time.process_time() - t0) / 5)
+    return sorted(times)[len(times) // 2]
+
+
+def compare(rounds: int) -> None:
+    """Median time per call of each step with the compiled core and with pure Python,
+    interleaved round by round, and the ratio."""
+    from embedlog.segment import _ccodec
+
+    steps = _steps()
+    print(f"{'step':32} {'C rec/s':>14} {'pure rec/s':>14} {'C us':>9} {'pure us':>9} "
+          f"{'x':>6}")
+    saved = _native.CORE
+    try:
+        for name, (fn, count) in steps.items():
+            _native.CORE = _ccodec
+            c = _time(fn, rounds)
+            _native.CORE = None
+            py = _time(fn, rounds)
+            print(f"{name:32} {count / c:14,.0f} {count / py:14,.0f} {c * 1e6:9.1f} "
+                  f"{py * 1e6:9.1f} {py / c:6.1f}")
+    finally:
+        _native.CORE = saved
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    compare(parser.parse_args().rounds)
