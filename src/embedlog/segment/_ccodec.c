@@ -332,6 +332,32 @@ check_min(Py_ssize_t m, const int64_t *v, int64_t lo, const char *msg)
     return 0;
 }
 
+/* The headers of every record, p[i] = the position of its headersCount: None when every
+ * record ends with headersCount 0 there (the common case), else _decode_headers. */
+static PyObject *
+headers_field(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, int64_t *p, const int64_t *ends,
+              int64_t *v, int64_t *w)
+{
+    int plain = 1;
+    for (Py_ssize_t i = 0; plain && i < m; i++) {
+        if (p[i] + 1 != ends[i])
+            plain = 0;
+    }
+    for (Py_ssize_t i = 0; plain && i < m; i++) {
+        if (d[p[i]] != 0)
+            plain = 0;
+    }
+    if (plain)
+        Py_RETURN_NONE;
+    if (read_column(d, m, p, ends, 5, "headersCount", v, w) < 0)
+        return NULL;
+    if (check_min(m, v, 0, "negative headers count") < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < m; i++)
+        p[i] += w[i];
+    return decode_headers(d, size, m, p, ends, v);
+}
+
 /* _decode_fields of decode.py. out64 = offsets, timestamps, key_pos, value_pos (m each);
  * out32 = key_len, value_len. Returns the headers (None or a list) or NULL. */
 static PyObject *
@@ -378,33 +404,14 @@ decode_fields(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, const BatchInfo *
         return NULL;
     if (check_min(m, v, -1, "negative value length") < 0)
         return NULL;
-    int plain = 1; /* every record ends with headersCount 0 */
     for (Py_ssize_t i = 0; i < m; i++) {
         vp[i] = p[i] + w[i];
         out32[m + i] = (int32_t)v[i];
         p[i] = vp[i] + (v[i] > 0 ? v[i] : 0);
-        if (p[i] + 1 != ends[i])
-            plain = 0;
     }
-    for (Py_ssize_t i = 0; plain && i < m; i++) {
-        if (d[p[i]] != 0)
-            plain = 0;
-    }
-    PyObject *headers = Py_None;
-    if (!plain) {
-        if (read_column(d, m, p, ends, 5, "headersCount", v, w) < 0)
-            return NULL;
-        if (check_min(m, v, 0, "negative headers count") < 0)
-            return NULL;
-        for (Py_ssize_t i = 0; i < m; i++)
-            p[i] += w[i];
-        headers = decode_headers(d, size, m, p, ends, v);
-        if (headers == NULL)
-            return NULL;
-    }
-    else {
-        Py_INCREF(headers);
-    }
+    PyObject *headers = headers_field(d, size, m, p, ends, v, w);
+    if (headers == NULL)
+        return NULL;
     for (Py_ssize_t i = 0; i < m; i++) {
         timestamps[i] = bi->log_append
                             ? bi->max_timestamp
