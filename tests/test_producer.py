@@ -27,7 +27,7 @@ from embedlog.errors import (
     UnknownTopicError,
     UsageError,
 )
-from embedlog.producer import PRODUCER_IDS
+from embedlog.naming import PRODUCER_IDS_FILE as PRODUCER_IDS
 from embedlog.segment import format as fmt
 
 
@@ -318,7 +318,7 @@ def test_fsync_durability_syncs_before_returning(log: embedlog.Log) -> None:
             before = fs.count("fsync", suffix=".log")
             producer.send("t", b"%d" % i, key=b"k")
             assert fs.count("fsync", suffix=".log") == before + 1  # one sender: one fsync each
-            assert p._synced_seq == p._written_seq
+            assert p._commit.synced == p._commit.written
     producer.close()
 
 
@@ -341,7 +341,7 @@ def test_concurrent_fsync_senders_are_all_durable(log: embedlog.Log) -> None:
             t.start()
         for t in threads:
             t.join()
-        assert p._synced_seq == p._written_seq  # every acknowledged record was fsynced
+        assert p._commit.synced == p._commit.written  # every acknowledged record was fsynced
     producer.close()
     assert sorted(acked) == list(range(200)) and log.end_offset("t", 0) == 200
     assert 1 <= fs.count("fsync", suffix=".log") <= 200  # never more than one per send

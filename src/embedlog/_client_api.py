@@ -10,13 +10,18 @@ promise of the storage side to the clients: widen it deliberately.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sized
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Literal, Protocol
 
+from .config import TopicConfig
+from .partition import Partition
 from .records import Record
 from .segment import format as fmt
 
-__all__ = ["ClientLog", "ClientPartition"]
+__all__ = ["ClientLog", "ClientPartition", "Durability", "ProducerLog"]
+
+Durability = Literal["none", "fsync"]
+"""``"none"``: appends reach the page cache; ``"fsync"``: they are on disk when acknowledged."""
 
 
 class ClientPartition(Protocol):
@@ -86,3 +91,24 @@ class ClientLog(Protocol):
         max_records: int | None = None,
         end_offset: int | None = None,
     ) -> Iterable[Record]: ...
+
+
+class ProducerLog(ClientLog, Protocol):
+    """The log as the producer uses it: a writer's settings, the topics, and each partition's
+    tail contract (reserve, settle, sync), which the producer drives only through
+    :class:`~embedlog.batch_writer.OpenBatch`."""
+
+    @property
+    def durability(self) -> Durability:
+        """The log's durability, a floor for its producers'."""
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        """Epoch milliseconds now (record timestamps, LogAppendTime)."""
+
+    def topics(self) -> list[str]: ...
+
+    def topic_config(self, topic: str) -> TopicConfig: ...
+
+    def _partition_of(self, topic: str, partition: int) -> Partition:
+        """The partition, with its tail contract."""

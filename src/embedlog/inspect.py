@@ -38,6 +38,7 @@ from ._platform import WriterLock
 from .config import TopicConfig
 from .errors import CorruptBatchError, CorruptIndexError
 from .index import OffsetIndex, TimeIndex
+from .manifest import read_manifest
 from .naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -46,7 +47,6 @@ from .naming import (
     parse_segment_file,
     segment_path,
 )
-from .partition import read_manifest
 from .records import RecordBatch, TopicPartition
 from .segment import format as fmt
 from .segment.segment import Segment, SegmentSettings

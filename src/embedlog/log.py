@@ -13,61 +13,42 @@ partition's lock; reads run concurrently.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import itertools
-import json
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from . import _io, checkpoint
+from . import _io, metadata
 from ._batch import record_batch
+from ._client_api import Durability
 from ._platform import WriterLock
+from .batch_writer import choose_codec, spread, write_records
 from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
 from .config import TopicConfig
 from .errors import (
-    CorruptCheckpointError,
     InvalidConfigError,
     LogClosedError,
     ReadOnlyError,
-    RecordTooLargeError,
-    TopicExistsError,
     UnknownTopicError,
     UsageError,
 )
-from .naming import parse_partition_dir, partition_dir_name, validate_topic
+from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
+from .naming import validate_topic
 from .partition import Partition, SegmentInfo, now_ms
-from .partitioner import partition_for_key, partitions_for_keys
-from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
+from .partitioner import partition_for_key
+from .records import Header, Record, RecordBatch, RecordMetadata
 from .segment import format as fmt
-from .segment.codecs import Compression, compression_from_name
+from .topics import Topic, TopicTable
 
 if TYPE_CHECKING:
     from .consumer import Consumer
     from .producer import Producer
 
-__all__ = ["Durability", "Log", "open"]
-
-Durability = Literal["none", "fsync"]
-
-METADATA = "embedlog.json"
-RECOVERY_POINT = "recovery-point-offset-checkpoint"
-LOG_START = "log-start-offset-checkpoint"
-CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
-
-
-class _Topic:
-    __slots__ = ("config", "name", "partitions")
-
-    def __init__(self, name: str, config: TopicConfig, partitions: list[Partition]):
-        self.name = name
-        self.config = config
-        self.partitions = partitions
+__all__ = ["LOG_START", "METADATA", "RECOVERY_POINT", "Durability", "Log", "open",
+           "parse_metadata"]
 
 
 class Log:
@@ -89,14 +70,12 @@ class Log:
         self.durability: Durability = durability
         self.clock = clock or now_ms
         self._lock = threading.RLock()
-        self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
-        self._topics: dict[str, _Topic] = {}
+        self._topics = TopicTable(self.path, writable=not read_only,
+                                  fsync=durability == "fsync", clock=self.clock)
         self._closed = False
         self._writer_lock: WriterLock | None = None
         self._round_robin = itertools.count()
         self._create = create
-        self._start_stamp: tuple[int, int, int] | None = None
-        self._start_cache: dict[TopicPartition, int] = {}
         self._compactor: Compactor | None = None
         self._cleaner: CleanerThread | None = None
         self._open()
@@ -111,28 +90,14 @@ class Log:
         if os.path.islink(self.path):
             raise UsageError(f"{self.path} is a symlink; open the real directory")
         if self.read_only:
-            self._load_topics()
+            self._topics.load()
             return
         self._writer_lock = WriterLock(self.path)
         self._writer_lock.acquire()
         try:
-            clean_marker = os.path.join(self.path, CLEAN_SHUTDOWN)
-            clean = os.path.exists(clean_marker)
-            if clean:
-                _io.unlink(clean_marker)
-                _io.fsync_dir(self.path)
-            self._load_topics()
-            points = checkpoint.read_offsets(os.path.join(self.path, RECOVERY_POINT))
-            starts = checkpoint.read_offsets(os.path.join(self.path, LOG_START))
-            for topic in self._topics.values():
-                for p in topic.partitions:
-                    tp = TopicPartition(topic.name, p.partition)
-                    if not os.path.isdir(p.directory):
-                        raise CorruptCheckpointError(
-                            f"topic metadata lists {tp.topic}-{tp.partition}, whose folder is "
-                            "missing", path=p.directory)
-                    p.load(recovery_point=points.get(tp), start_offset=starts.get(tp, 0),
-                           clean=clean)
+            clean = metadata.take_clean_marker(self.path)
+            self._topics.load()
+            self._topics.recover(clean)
         except BaseException:
             # The open's own error is what the caller must see; releasing what it left half
             # open may fail too (e.g. a segment whose index could not be opened), but the
@@ -152,138 +117,23 @@ class Log:
         _io.fsync_dir(parent)
         return True
 
-    def _load_topics(self) -> None:
-        meta = self._read_metadata()
-        if meta is None:
-            meta = self._discover_topics()
-        for name, (count, config) in meta.items():
-            if name in self._topics:
-                continue
-            parts = [self._partition(name, i, config) for i in range(count)]
-            self._topics[name] = _Topic(name, config, parts)
-        if self.read_only:
-            starts = checkpoint.read_offsets(os.path.join(self.path, LOG_START))
-            for topic in self._topics.values():
-                for p in topic.partitions:
-                    if not p.segments and os.path.isdir(p.directory):
-                        tp = TopicPartition(topic.name, p.partition)
-                        p.load(recovery_point=None, start_offset=starts.get(tp, 0), clean=True)
-
-    def _read_metadata(self) -> dict[str, tuple[int, TopicConfig]] | None:
-        path = os.path.join(self.path, METADATA)
-        try:
-            with builtins.open(path, "rb") as f:
-                raw = f.read(_MAX_METADATA_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CorruptCheckpointError(f"unreadable topic metadata: {exc}", path=path) from exc
-        return parse_metadata(raw, path=path)
-
-    def _discover_topics(self) -> dict[str, tuple[int, TopicConfig]]:
-        """Topics of a plain Kafka directory, from its ``<topic>-<partition>`` folders."""
-        found: dict[str, int] = {}
-        for entry in os.scandir(self.path):
-            parsed = parse_partition_dir(entry.name)
-            if parsed and entry.is_dir(follow_symlinks=False):
-                found[parsed[0]] = max(found.get(parsed[0], 0), parsed[1] + 1)
-        return {name: (n, TopicConfig()) for name, n in sorted(found.items())}
-
-    def _partition(self, topic: str, index: int, config: TopicConfig) -> Partition:
-        return Partition(
-            os.path.join(self.path, partition_dir_name(topic, index)),
-            topic,
-            index,
-            config,
-            writable=not self.read_only,
-            fsync=self.durability == "fsync",
-            clock=self.clock,
-            on_start_offset=self._checkpoint_start_offsets,
-            on_roll=self._checkpoint_recovery_points,
-            start_offset_source=self._persisted_start_offset if self.read_only else None,
-        )
-
-    def _persisted_start_offset(self, p: Partition) -> int | None:
-        """Read-only views: the writer's ``log-start-offset-checkpoint`` entry for ``p``, re-read
-        only when the file changed (so a ``delete_records`` inside a segment is seen)."""
-        path = os.path.join(self.path, LOG_START)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if stamp != self._start_stamp:
-            try:
-                self._start_cache = checkpoint.read_offsets(path)
-            except CorruptCheckpointError:
-                return None  # being replaced right now, or damaged: keep what we know
-            self._start_stamp = stamp
-        return self._start_cache.get(TopicPartition(p.topic, p.partition))
-
-    def _write_metadata(self) -> None:
-        doc = {
-            "version": 1,
-            "topics": {
-                t.name: {"partitions": len(t.partitions), "config": _non_default(t.config)}
-                for t in list(self._topics.values())
-            },
-        }
-        _io.write_atomic(
-            os.path.join(self.path, METADATA), json.dumps(doc, indent=1, sort_keys=True).encode()
-        )
-
-    def _checkpoint_start_offsets(self, _: Partition | None = None) -> None:
-        with self._checkpoint_lock:
-            self._write_start_offsets()
-
-    def _write_start_offsets(self) -> None:
-        offsets = {
-            TopicPartition(t.name, p.partition): p.start_offset
-            for t in list(self._topics.values())
-            for p in t.partitions
-            if p.start_offset > 0
-        }
-        checkpoint.write_offsets(os.path.join(self.path, LOG_START), offsets)
-
-    def _checkpoint_recovery_points(self, _: Partition | None = None, *, final: bool = False
-                                    ) -> None:
-        with self._checkpoint_lock:
-            self._write_recovery_points(final)
-
-    def _write_recovery_points(self, final: bool) -> None:
-        offsets = {
-            TopicPartition(t.name, p.partition): (
-                p.end_offset if final else p.active.base_offset
-            )
-            for t in list(self._topics.values())
-            for p in t.partitions
-            if p.segments
-        }
-        checkpoint.write_offsets(os.path.join(self.path, RECOVERY_POINT), offsets)
-
     def close(self) -> None:
         """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the
         lock. Idempotent."""
         self.stop_cleaner()
         if self._compactor is not None:  # a compaction running in another thread stops first
-            self._compactor.stop(p for t in list(self._topics.values()) for p in t.partitions)
+            self._compactor.stop(self._topics.partitions())
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
                 if not self.read_only and not self._poisoned():
-                    for t in self._topics.values():
-                        for p in t.partitions:
-                            p.flush()
-                    self._checkpoint_recovery_points(final=True)
+                    for p in self._topics.partitions():
+                        p.flush()
+                    self._topics.checkpoint_recovery_points(final=True)
                     self._close_partitions()
-                    marker = _io.open_file(
-                        os.path.join(self.path, CLEAN_SHUTDOWN), os.O_WRONLY | os.O_CREAT
-                    )
-                    _io.fsync(marker)
-                    _io.close(marker)
-                    _io.fsync_dir(self.path)
+                    metadata.write_clean_marker(self.path)
                 else:
                     self._close_partitions()
             finally:
@@ -291,12 +141,11 @@ class Log:
                     self._writer_lock.release()
 
     def _poisoned(self) -> bool:
-        return any(p.poisoned is not None for t in self._topics.values() for p in t.partitions)
+        return any(p.poisoned is not None for p in self._topics.partitions())
 
     def _close_partitions(self) -> None:
-        for t in self._topics.values():
-            for p in t.partitions:
-                p.close()
+        for p in self._topics.partitions():
+            p.close()
 
     def __enter__(self) -> Log:
         return self
@@ -329,55 +178,30 @@ class Log:
         cfg = TopicConfig.from_kafka(config)
         with self._lock:
             self._check_writer()
-            if name in self._topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
-            for i in range(partitions):
-                d = os.path.join(self.path, partition_dir_name(name, i))
-                if os.path.lexists(d):
-                    raise TopicExistsError(f"{d} already exists")
-            parts = [self._partition(name, i, cfg) for i in range(partitions)]
-            for p in parts:
-                _io.mkdir(p.directory)
-            _io.fsync_dir(self.path)
-            for p in parts:
-                p.load(recovery_point=None, start_offset=0, clean=True)
-            self._topics[name] = _Topic(name, cfg, parts)
-            self._write_metadata()
+            self._topics.create(name, partitions, cfg)
 
     def delete_topic(self, name: str) -> None:
         """Remove a topic and all its files."""
         with self._lock:
             self._check_writer()
-            topic = self._topic(name)
-            del self._topics[name]
-            self._write_metadata()
+            self._topic(name)
+            topic = self._topics.remove(name)
             self._compaction().forget(name, topic.partitions)
-            for p in topic.partitions:
-                p.close()
-                for entry in os.listdir(p.directory):
-                    _io.unlink(os.path.join(p.directory, entry))
-                _io.rmdir(p.directory)
-            _io.fsync_dir(self.path)
-            self._checkpoint_start_offsets()
+            self._topics.delete_files(topic)
 
     def alter_topic(self, name: str, config: Mapping[str, Any]) -> TopicConfig:
         """Change some of a topic's settings (Kafka names); returns the new config."""
         with self._lock:
             self._check_writer()
-            topic = self._topic(name)
-            topic.config = topic.config.merged(config)
-            for p in topic.partitions:
-                p.config = topic.config
-            self._write_metadata()
-            return topic.config
+            return self._topics.alter(self._topic(name), config)
 
     def topics(self) -> list[str]:
         """Topic names, sorted."""
         with self._lock:
             self._check_open()
             if self.read_only:
-                self._load_topics()
-            return sorted(self._topics)
+                self._topics.load()
+            return sorted(self._topics.by_name)
 
     def topic_config(self, topic: str) -> TopicConfig:
         return self._topic(topic).config
@@ -385,14 +209,14 @@ class Log:
     def partition_count(self, topic: str) -> int:
         return len(self._topic(topic).partitions)
 
-    def _topic(self, name: str) -> _Topic:
+    def _topic(self, name: str) -> Topic:
         self._check_open()
-        topic = self._topics.get(name)
+        topic = self._topics.by_name.get(name)
         if topic is None and self.read_only:
             validate_topic(name)
             with self._lock:
-                self._load_topics()
-            topic = self._topics.get(name)
+                self._topics.load()
+            topic = self._topics.by_name.get(name)
         if topic is None:
             validate_topic(name)
             raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
@@ -423,9 +247,8 @@ class Log:
         t = self._topic(topic)
         p = self._choose(t, key, partition)
         ts = self.clock() if timestamp is None else timestamp
-        header = self._write(
-            t, p, [value], [key], [headers] if headers else None, ts, None
-        )
+        header, = write_records(p, [value], [key], [headers] if headers else None, ts,
+                                codec=choose_codec(t.config, None))
         return RecordMetadata(topic, p.partition, header.base_offset, header.max_timestamp
                               if header.timestamp_type == 1 else ts)
 
@@ -459,86 +282,26 @@ class Log:
         ts: int | Sequence[int] = self.clock() if timestamps is None else timestamps
         if not isinstance(ts, int) and len(ts) != n:
             raise UsageError("timestamps and values have different lengths")
-        codec = self._codec(t, compression)
+        codec = choose_codec(t.config, compression)
         if partition is not None or keys is None or len(t.partitions) == 1:
             p = self._choose(t, None, partition) if partition is not None or keys is None else (
                 t.partitions[0])
-            return self._write_split(t, p, values, keys, headers, ts, codec)
-        return self._append_keyed(t, values, keys, headers, ts, codec)
-
-    def _append_keyed(self, t: _Topic, values: Sequence[bytes | None],
-                      keys: Sequence[bytes | None], headers: Sequence[Sequence[Header] | None]
-                      | None, ts: int | Sequence[int], codec: Compression
-                      ) -> list[RecordMetadata]:
-        count = len(t.partitions)
-        rr = next(self._round_robin)
-        # Keyless records (allowed outside compacted topics) go together to one partition.
-        targets = np.full(len(keys), rr % count, np.int64)
-        keyed = [i for i, k in enumerate(keys) if k is not None]
-        if keyed:
-            present = [k for k in keys if k is not None]
-            targets[keyed] = partitions_for_keys(present, count)
-        order = np.argsort(targets, kind="stable")
-        bounds = np.searchsorted(targets[order], np.arange(count + 1))
+            written = write_records(p, values, keys, headers, ts, codec=codec)
+            return [RecordMetadata(t.name, p.partition, h.base_offset, h.max_timestamp)
+                    for h in written]
         out = []
-        for part in range(count):
-            idx = order[bounds[part] : bounds[part + 1]].tolist()
-            if not idx:
-                continue
-            out += self._write_split(
-                t,
+        keyless = next(self._round_robin) % len(t.partitions)
+        for part, idx in spread(keys, len(t.partitions), keyless):
+            written = write_records(
                 t.partitions[part],
                 [values[i] for i in idx],
                 [keys[i] for i in idx],
                 [headers[i] for i in idx] if headers is not None else None,
                 ts if isinstance(ts, int) else [ts[i] for i in idx],
-                codec,
+                codec=codec,
             )
+            out += [RecordMetadata(t.name, part, h.base_offset, h.max_timestamp) for h in written]
         return out
-
-    def _write_split(self, t: _Topic, p: Partition, values: Sequence[bytes | None],
-                     keys: Sequence[bytes | None] | None,
-                     headers: Sequence[Sequence[Header] | None] | None,
-                     ts: int | Sequence[int], codec: Compression) -> list[RecordMetadata]:
-        try:
-            header = self._write(t, p, values, keys, headers, ts, codec)
-        except RecordTooLargeError:
-            if len(values) < 2:
-                raise
-            half = len(values) // 2
-            out: list[RecordMetadata] = []
-            for lo, hi in ((0, half), (half, len(values))):
-                out += self._write_split(
-                    t, p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
-                    ts if isinstance(ts, int) else ts[lo:hi], codec,
-                )
-            return out
-        return [RecordMetadata(t.name, p.partition, header.base_offset, header.max_timestamp)]
-
-    def _write(self, t: _Topic, p: Partition, values: Sequence[bytes | None],
-               keys: Sequence[bytes | None] | None,
-               headers: Sequence[Sequence[Header] | None] | None,
-               ts: int | Sequence[int], codec: Compression | None) -> fmt.BatchHeader:
-        if codec is None:
-            codec = self._codec(t, None)
-        if t.config.compact and (keys is None or any(k is None for k in keys)):
-            raise UsageError(
-                f"topic {t.name!r} is compacted (cleanup.policy={t.config.cleanup_policy}): "
-                "every record needs a key"
-            )
-        log_append = t.config.message_timestamp_type == "LogAppendTime"
-        batch = bytearray(
-            fmt.encode_batch(
-                values,
-                keys=keys,
-                headers=headers,
-                timestamps=ts,
-                compression=codec,
-                timestamp_type=1 if log_append else 0,
-                max_timestamp=self.clock() if log_append else None,
-            )
-        )
-        return p.append_encoded(batch)
 
     def _append_encoded(self, topic: str, partition: int, batch: bytearray) -> fmt.BatchHeader:
         """Append a batch encoded by the caller (producers, the Spark writer). Its base offset
@@ -546,7 +309,7 @@ class Log:
         self._check_writer()
         return self._partition_of(topic, partition).append_encoded(batch)
 
-    def _choose(self, t: _Topic, key: bytes | None, partition: int | None) -> Partition:
+    def _choose(self, t: Topic, key: bytes | None, partition: int | None) -> Partition:
         if partition is not None:
             return self._partition_of(t.name, partition)
         count = len(t.partitions)
@@ -554,18 +317,11 @@ class Log:
             return t.partitions[partition_for_key(key, count)]
         return t.partitions[next(self._round_robin) % count]
 
-    def _codec(self, t: _Topic, name: str | None) -> Compression:
-        configured = t.config.compression_type
-        if configured != "producer":
-            return compression_from_name(configured)
-        return compression_from_name(name) if name is not None else Compression.NONE
-
     def flush(self) -> None:
         """fsync every partition's unflushed appends."""
         self._check_writer()
-        for t in list(self._topics.values()):
-            for p in t.partitions:
-                p.flush()
+        for p in self._topics.partitions():
+            p.flush()
 
     def roll(self, topic: str, partition: int) -> None:
         """Seal the active segment of a partition now."""
@@ -644,9 +400,7 @@ class Log:
         """Apply ``retention.ms`` and ``retention.bytes`` to every partition; returns the number
         of segments deleted."""
         self._check_writer()
-        return sum(
-            p.enforce_retention(now_ms) for t in list(self._topics.values()) for p in t.partitions
-        )
+        return sum(p.enforce_retention(now_ms) for p in self._topics.partitions())
 
     # ------------------------------------------------------------------ compaction
 
@@ -695,8 +449,7 @@ class Log:
                 compactor.map_bytes = map_bytes
 
             def partitions() -> list[Partition]:
-                return [p for t in list(self._topics.values()) for p in t.partitions
-                        if t.config.compact]
+                return [p for p in self._topics.partitions() if p.config.compact]
 
             self._cleaner = CleanerThread(compactor, partitions, interval_s)
             self._cleaner.start()
@@ -727,60 +480,6 @@ class Log:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
         return f"<embedlog.Log {self.path!r} {mode}{' closed' if self._closed else ''}>"
-
-
-def _cut(seq: Sequence[Any] | None, lo: int, hi: int) -> Any:
-    return None if seq is None else seq[lo:hi]
-
-
-_MAX_METADATA_BYTES = 64 * 1024 * 1024
-_MAX_PARTITIONS = 1 << 20
-
-
-def parse_metadata(raw: bytes, *, path: str | None = None) -> dict[str, tuple[int, TopicConfig]]:
-    """``{topic: (partition count, config)}`` from the bytes of ``embedlog.json``.
-
-    Layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>, "config": {<Kafka
-    name>: <value>}}}}``. Anything else -- bad JSON, wrong types, an invalid topic name, a
-    partition count outside ``1..2**20``, a config Kafka would reject -- raises
-    :class:`~embedlog.errors.CorruptCheckpointError`.
-    """
-
-    def bad(msg: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"topic metadata: {msg}", path=path)
-
-    if len(raw) > _MAX_METADATA_BYTES:
-        raise bad("file is too large")
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise bad(f"unreadable: {exc}") from None
-    topics = doc.get("topics") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(topics, dict):
-        raise bad("unknown layout")
-    out: dict[str, tuple[int, TopicConfig]] = {}
-    for name, info in topics.items():
-        try:
-            validate_topic(name)
-        except UsageError as exc:
-            raise bad(str(exc)) from None
-        count = info.get("partitions") if isinstance(info, dict) else None
-        config = info.get("config", {}) if isinstance(info, dict) else None
-        if not isinstance(count, int) or isinstance(count, bool) or not (
-                0 < count <= _MAX_PARTITIONS):
-            raise bad(f"topic {name!r} has an invalid partition count {count!r}")
-        if not isinstance(config, dict):
-            raise bad(f"topic {name!r} has a config that is not an object")
-        try:
-            out[name] = (count, TopicConfig.from_kafka(config))
-        except (UsageError, OverflowError) as exc:
-            raise bad(f"topic {name!r}: {exc}") from None
-    return out
-
-
-def _non_default(config: TopicConfig) -> dict[str, Any]:
-    default = TopicConfig().to_kafka()
-    return {k: v for k, v in config.to_kafka().items() if default[k] != v}
 
 
 def open(

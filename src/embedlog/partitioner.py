@@ -2,21 +2,30 @@
 
 Same hash as Kafka's ``Utils.murmur2`` (MurmurHash2, 32-bit, seed ``0x9747b28c``, words read
 little-endian, result a signed 32-bit int), so a key lands on the same partition number as
-with a Java or kafka-python producer (``BuiltInPartitioner.partitionForKey``). Records without
-a key are the caller's business (Kafka uses a sticky partition).
+with a Java or kafka-python producer (``BuiltInPartitioner.partitionForKey``).
+
+:class:`TopicChooser` is a producer's whole choice for one topic: a custom ``partitioner``
+callable first, then the key's hash (cached), and for keyless records Kafka's sticky partition
+(KIP-794: one partition until ``batch_size`` bytes went to it, then the next, round-robin).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["murmur2", "partition_for_key", "partitions_for_keys"]
+from .errors import UsageError
+
+__all__ = ["TopicChooser", "murmur2", "partition_for_key", "partitions_for_keys"]
+
+Custom = Callable[[bytes | None, list[int], list[int]], int]
+"""kafka-python 2's partitioner: ``f(key_bytes, all_partitions, available_partitions)``."""
+_KEY_CACHE: Final = 1 << 14
 
 _SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995
@@ -96,3 +105,46 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> npt.NDArr
     h *= m
     h ^= h >> np.uint32(15)
     return (h & np.uint32(0x7FFFFFFF)).astype(np.int64) % num_partitions
+
+
+class TopicChooser:
+    """A producer's partition choice for the topic ``name`` (``count`` partitions)."""
+
+    __slots__ = ("all_partitions", "compact", "count", "key_cache", "name", "sticky",
+                 "sticky_bytes")
+
+    def __init__(self, name: str, count: int, compact: bool) -> None:
+        self.name = name
+        self.count = count
+        self.compact = compact
+        self.all_partitions = list(range(count))
+        self.key_cache: dict[bytes, int] = {}
+        self.sticky = 0
+        self.sticky_bytes = 0
+
+    def choose(self, key: bytes | None, size: int, batch_size: int, custom: Custom | None
+               ) -> int:
+        """The partition of a record of about ``size`` bytes."""
+        if custom is not None:
+            chosen = custom(key, self.all_partitions, self.all_partitions)
+            if chosen.__class__ is not int or not 0 <= chosen < self.count:
+                raise UsageError(
+                    f"the partitioner returned {chosen!r} for topic {self.name!r} "
+                    f"(partitions 0..{self.count - 1})"
+                )
+            return chosen
+        if key is None:
+            chosen = self.sticky
+            self.sticky_bytes += size
+            if self.sticky_bytes >= batch_size:
+                self.sticky = (chosen + 1) % self.count
+                self.sticky_bytes = 0
+            return chosen
+        if self.count == 1:
+            return 0
+        chosen = self.key_cache.get(key, -1)
+        if chosen < 0:
+            chosen = partition_for_key(key, self.count)
+            if len(self.key_cache) < _KEY_CACHE:
+                self.key_cache[key] = chosen
+        return chosen

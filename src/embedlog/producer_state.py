@@ -15,25 +15,46 @@ The state lives in memory only. It is rebuilt from the batch headers of the part
 (no record is decoded) the first time it is needed after an open, so deduplication survives a
 reopen. Segments deleted by retention take their producers' history with them, exactly as when
 Kafka expires a producer id: such a producer is then treated as new.
+
+**Producer ids** are allocated from a counter in the log folder, ``embedlog.producer-ids``
+(:data:`embedlog.naming.PRODUCER_IDS_FILE`, format :data:`embedlog.checkpoint.PRODUCER_IDS`),
+replaced atomically and made durable before the id is used. Layout::
+
+    embedlog-producer-ids 1
+    <the next free producer id>
+
+Without the file (a new log, or a Kafka folder) ids start above the largest one the log holds.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from .errors import OutOfOrderSequenceError, ProducerFencedError
+from . import checkpoint
+from .errors import CorruptCheckpointError, OutOfOrderSequenceError, ProducerFencedError
+from .naming import PRODUCER_IDS_FILE
 from .segment import format as fmt
 
-__all__ = ["RETAINED_BATCHES", "ProducerEntry", "ProducerStateTable", "next_sequence"]
+__all__ = [
+    "RETAINED_BATCHES",
+    "ProducerEntry",
+    "ProducerStamp",
+    "ProducerStateTable",
+    "allocate_producer_id",
+    "next_sequence",
+]
 
 RETAINED_BATCHES: Final = 5
 """Batches remembered per producer for duplicate detection (Kafka's
 ``NUM_BATCHES_TO_RETAIN``)."""
 
 _INT32_MAX: Final = 2**31 - 1
+_ids_lock = threading.Lock()
 
 
 class _BatchSource(Protocol):
@@ -129,3 +150,35 @@ class ProducerStateTable:
             return
         entry.last_sequence = _last_sequence(header)
         entry.batches.append(header)
+
+
+@dataclass(slots=True)
+class ProducerStamp:
+    """What an idempotent producer writes into the headers of its batches to one partition:
+    its id and epoch, and ``sequence``, the next batch's base sequence (advanced by
+    :meth:`advance` as batches are appended)."""
+
+    producer_id: int
+    epoch: int
+    sequence: int = 0
+
+    def advance(self, records: int) -> None:
+        self.sequence = next_sequence(self.sequence, records)
+
+
+def allocate_producer_id(directory: str, max_in_log: Callable[[], int]) -> int:
+    """The next free producer id of the log in ``directory``, made durable before it is
+    returned. ``max_in_log`` gives the largest id the log's batches hold (-1 if none); it is
+    called only when the counter file is missing."""
+    path = os.path.join(directory, PRODUCER_IDS_FILE)
+    with _ids_lock:
+        rows = checkpoint.PRODUCER_IDS.read(path)
+        if rows is None:
+            next_id = max_in_log() + 1
+        elif len(rows) != 1:
+            raise CorruptCheckpointError("malformed producer id counter: one id expected",
+                                         path=path)
+        else:
+            next_id = int(rows[0][0])
+        checkpoint.PRODUCER_IDS.write(path, [(next_id + 1,)])
+    return next_id

@@ -12,7 +12,7 @@ import pytest
 import embedlog
 from doubles import ScriptedFS
 from embedlog import _io
-from embedlog.log import parse_metadata
+from embedlog.metadata import parse_metadata
 
 from .workloads import scratch_dir
 

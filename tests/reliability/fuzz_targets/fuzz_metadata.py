@@ -11,8 +11,8 @@ import numpy  # noqa: F401 - imported first so that only embedlog is instrumente
 with atheris.instrument_imports(include=["embedlog"]):
     from embedlog import checkpoint
     from embedlog.errors import CorruptionError
-    from embedlog.log import parse_metadata
-    from embedlog.partition import MANIFEST, read_manifest
+    from embedlog.manifest import MANIFEST, read_manifest
+    from embedlog.metadata import parse_metadata
 
 DIR = tempfile.mkdtemp(prefix="embedlog-fuzz-meta-")
 

@@ -1,0 +1,277 @@
+"""The one write path: records -> v2 batches -> a partition's tail.
+
+Every writer -- :meth:`Log.append <embedlog.Log.append>` / ``append_batch`` (and through it the
+Spark writer) and the :class:`~embedlog.Producer` -- turns records into batches here, so the
+topic's write rules live in one place:
+
+* **codec**: the topic's ``compression.type`` wins unless it is ``producer``; then the writer's
+  choice (default: none) -- :func:`choose_codec`;
+* **timestamps**: ``message.timestamp.type=LogAppendTime`` stamps the batch with the log's
+  clock (the batch's max timestamp; records keep theirs);
+* **keys**: a compacted topic refuses a record without a key (:func:`check_keys`);
+* **size**: a batch larger than ``max.message.bytes`` (compression can make it grow) is halved
+  until it fits; a single record that does not fit raises
+  :class:`~embedlog.errors.RecordTooLargeError` (:func:`write_records`);
+* **idempotence**: a :class:`~embedlog.producer_state.ProducerStamp` puts producer id, epoch and
+  base sequence into each batch header, advancing the sequence batch by batch.
+
+:class:`OpenBatch` is a batch being gathered at a partition's tail: it reserves the tail
+(:meth:`Partition.reserve <embedlog.partition.Partition.reserve>`), so the offsets of its
+records are known when they are added, and it is written (:meth:`OpenBatch.write`) when its
+owner settles it or anything else touches the partition. It is the pending batch of group
+commit: in ``fsync`` mode a writer adds its record, then waits in :meth:`OpenBatch.sync_through`
+until one leader has written the batch and fsynced it.
+
+Lock order: the partition lock -> ``OpenBatch.lock``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .config import TopicConfig
+from .errors import EmbedlogError, RecordTooLargeError, UsageError
+from .partition import Partition
+from .partitioner import partitions_for_keys
+from .producer_state import ProducerStamp
+from .records import Header
+from .segment import format as fmt
+from .segment.codecs import Compression, compression_from_name
+
+__all__ = ["OpenBatch", "check_keys", "choose_codec", "key_required", "spread", "write_records"]
+
+Keys = Sequence[bytes | None]
+Headers = Sequence[Sequence[Header] | None]
+
+
+def choose_codec(config: TopicConfig, requested: str | None) -> Compression:
+    """The codec a batch of a topic gets: the topic's ``compression.type``, or ``requested``
+    (None: no compression) when that is ``producer``."""
+    if config.compression_type != "producer":
+        return compression_from_name(config.compression_type)
+    return compression_from_name(requested)
+
+
+def key_required(topic: str, config: TopicConfig) -> UsageError:
+    """The error for a keyless record sent to a compacted topic."""
+    return UsageError(
+        f"topic {topic!r} is compacted (cleanup.policy={config.cleanup_policy}): "
+        "every record needs a key"
+    )
+
+
+def check_keys(topic: str, config: TopicConfig, keys: Keys | None) -> None:
+    """Refuse keyless records in a compacted topic."""
+    if config.compact and (keys is None or any(k is None for k in keys)):
+        raise key_required(topic, config)
+
+
+def write_records(
+    p: Partition,
+    values: Sequence[bytes | None],
+    keys: Keys | None,
+    headers: Headers | None,
+    timestamps: int | Sequence[int],
+    *,
+    codec: Compression,
+    append_time: int | None = None,
+    stamp: ProducerStamp | None = None,
+    expect_base: int | None = None,
+) -> list[fmt.BatchHeader]:
+    """Encode the records as one batch and append it to ``p`` (halved while it is larger than
+    ``max.message.bytes``); returns the stored header of each batch written.
+
+    ``append_time``: the LogAppendTime stamp; by default the partition's clock now if the topic
+    is LogAppendTime, and -1 for a CreateTime batch (a writer that took the topic's settings
+    when its batch opened passes them on). ``expect_base``: the offset the records were
+    promised (a reservation); landing elsewhere is a broken invariant."""
+    check_keys(p.topic, p.config, keys)
+    if append_time is None and p.config.message_timestamp_type == "LogAppendTime":
+        append_time = p.clock()
+    elif append_time is not None and append_time < 0:
+        append_time = None
+    out: list[fmt.BatchHeader] = []
+    _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base, out)
+    return out
+
+
+def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
+           headers: Headers | None, timestamps: int | Sequence[int], codec: Compression,
+           append_time: int | None, stamp: ProducerStamp | None, expect_base: int | None,
+           out: list[fmt.BatchHeader]) -> None:
+    n = len(values)
+    batch = fmt.encode_batch(
+        values,
+        keys=keys,
+        headers=headers,
+        timestamps=timestamps,
+        compression=codec,
+        timestamp_type=0 if append_time is None else 1,
+        max_timestamp=append_time,
+        producer_id=-1 if stamp is None else stamp.producer_id,
+        producer_epoch=-1 if stamp is None else stamp.epoch,
+        base_sequence=-1 if stamp is None else stamp.sequence,
+    )
+    if len(batch) > p.config.max_message_bytes and n > 1:  # compression made it grow: halve
+        mid = n // 2
+        for lo, hi in ((0, mid), (mid, n)):
+            _write(p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
+                   timestamps if isinstance(timestamps, int) else timestamps[lo:hi], codec,
+                   append_time, stamp, None if expect_base is None else expect_base + lo, out)
+        return
+    header = p.append_encoded(bytearray(batch))
+    if expect_base is not None and header.base_offset != expect_base:
+        raise AssertionError(
+            f"{p.topic}-{p.partition}: batch landed at {header.base_offset}, "
+            f"offset {expect_base} was promised"
+        )
+    if stamp is not None:
+        stamp.advance(n)
+    out.append(header)
+
+
+def _cut(seq: Sequence[Any] | None, lo: int, hi: int) -> Any:
+    return None if seq is None else seq[lo:hi]
+
+
+def spread(keys: Keys, count: int, keyless: int) -> list[tuple[int, list[int]]]:
+    """``(partition, record indexes)`` for records with ``keys`` over ``count`` partitions:
+    Kafka's murmur2 for keyed records, partition ``keyless`` for the others; indexes keep
+    their order."""
+    targets = np.full(len(keys), keyless, np.int64)
+    keyed = [i for i, k in enumerate(keys) if k is not None]
+    if keyed:
+        targets[keyed] = partitions_for_keys([k for k in keys if k is not None], count)
+    order = np.argsort(targets, kind="stable")
+    bounds = np.searchsorted(targets[order], np.arange(count + 1))
+    return [
+        (part, idx)
+        for part in range(count)
+        if (idx := order[bounds[part] : bounds[part + 1]].tolist())
+    ]
+
+
+class OpenBatch:
+    """A writer's open batch for one partition: records whose offsets ``base ..`` are already
+    handed out. While ``open`` it holds the partition's tail reservation.
+
+    ``lock`` (a plain lock, cheaper than the partition's) guards the lists and ``open``; the
+    owner appends to ``values``/``keys``/``timestamps``/``headers`` under it (the producer's
+    send loop, kept lean on purpose). ``on_open`` runs under the partition lock when the batch
+    opens; ``on_close(batch, error)`` when it was written (an error is the writer's to report:
+    the records were already acknowledged one by one).
+    """
+
+    __slots__ = ("append_time", "base", "batch_size", "codec", "compression", "headers",
+                 "index", "keys", "last", "limit", "lock", "log_append", "max_batch_records",
+                 "max_bytes", "max_record", "on_close", "on_open", "open", "opened", "p",
+                 "size", "stamp", "timestamps", "topic", "values")
+
+    def __init__(
+        self,
+        p: Partition,
+        *,
+        batch_size: int,
+        max_batch_records: int,
+        compression: str | None,
+        stamp: ProducerStamp | None,
+        on_open: Callable[[OpenBatch], None],
+        on_close: Callable[[OpenBatch, BaseException | None], None],
+    ) -> None:
+        self.p = p
+        self.topic = p.topic
+        self.index = p.partition
+        self.batch_size = batch_size
+        self.max_batch_records = max_batch_records
+        self.compression = compression
+        self.stamp = stamp
+        self.on_open = on_open
+        self.on_close = on_close
+        self.lock = threading.Lock()
+        self.open = False
+        self.base = 0
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.headers: list[Sequence[Header] | None] | None = None
+        self.size = 0
+        self.opened = 0.0
+        self.limit = self.last = 0
+        self.codec = Compression.NONE
+        self.log_append = False
+        self.append_time = -1
+        self.max_bytes = self.max_record = p.config.max_message_bytes
+
+    # -------------------------------------------------------------- the partition's side
+
+    def open_at(self, base: int) -> None:
+        """Open at ``base`` with the topic's current settings (the partition lock is held)."""
+        cfg = self.p.config
+        with self.lock:
+            self.base = base
+            self.size = fmt.HEADER_SIZE
+            self.max_bytes = cfg.max_message_bytes
+            self.max_record = self.max_bytes - fmt.HEADER_SIZE
+            self.limit = min(self.batch_size, self.max_bytes)
+            self.last = self.max_batch_records - 1
+            self.codec = choose_codec(cfg, self.compression)
+            self.log_append = cfg.message_timestamp_type == "LogAppendTime"
+            self.append_time = self.p.clock() if self.log_append else -1
+            self.opened = time.monotonic()
+            self.open = True
+        self.on_open(self)
+
+    def write(self) -> None:
+        """Encode and append the batch (the partition lock is held, the reservation already
+        released). Errors go to ``on_close`` rather than into whoever triggered the write."""
+        with self.lock:
+            values, keys, timestamps = self.values, self.keys, self.timestamps
+            headers = self.headers
+            self.values, self.keys, self.timestamps, self.headers = [], [], [], None
+            self.open = False
+        error: BaseException | None = None
+        if values:
+            try:
+                write_records(self.p, values, keys, headers, timestamps, codec=self.codec,
+                              append_time=self.append_time,
+                              stamp=self.stamp, expect_base=self.base)
+            except (EmbedlogError, ValueError, TypeError) as exc:
+                error = exc
+        self.on_close(self, error)
+
+    # -------------------------------------------------------------- the owner's side
+
+    def add_headers(self, n: int, headers: Sequence[Header] | None) -> None:
+        """Record ``headers`` for record ``n`` (under ``lock``; the column appears with the
+        first record that has headers)."""
+        if self.headers is None:
+            self.headers = [None] * n
+        self.headers.append(headers)
+
+    def reserve(self) -> bool:
+        """Open the batch at the partition's tail (no-op if open); False if the partition was
+        closed (the log closed or the topic deleted)."""
+        return self.p.reserve(self)
+
+    def settle(self) -> None:
+        """Write the batch now, if it is open."""
+        self.p.settle(self)
+
+    def sync_through(self, offset: int, gather: Callable[[], None] | None = None) -> bool:
+        """Group commit: return once ``offset`` is on disk (False: it was never written)."""
+        return self.p.sync_through(offset, gather)
+
+    def sync(self) -> None:
+        """fsync everything appended to the partition so far."""
+        self.p.sync()
+
+    def too_large(self, size: int) -> RecordTooLargeError:
+        return RecordTooLargeError(
+            f"a record of about {size} bytes exceeds max.message.bytes={self.max_bytes} "
+            f"of topic {self.topic!r}"
+        )

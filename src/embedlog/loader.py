@@ -1,0 +1,361 @@
+"""Opening a partition's folder: the writer's recovery and the read-only view.
+
+The writer (:func:`recover`) follows Kafka's ``LogLoader`` passes:
+
+1. **leftovers**: delete ``.deleted`` / ``.cleaned`` files and stray ``.tmp`` files; roll every
+   ``.swap`` forward over the segments it replaces (:func:`complete_swaps`: an interrupted
+   compaction swap, see :mod:`embedlog.compaction.swap` for the protocol);
+2. **manifest**: compare sealed segments with ``embedlog.segments``
+   (:func:`embedlog.manifest.check_sealed`);
+3. **log start**: delete whole segments below the log start offset (an interrupted retention);
+4. **recovery**: validate every batch after the recovery point when the last close was not clean
+   (after a clean close only the active segment's state is loaded), cut a torn tail, drop the
+   unflushed segments after a cut, rebuild indexes, seal every segment but the last and fsync
+   the tail. A sealed segment is never cut: damage inside it is corruption, not a torn tail.
+
+A read-only process never modifies a byte (:func:`open_view`, :func:`adopt`): while the writer
+swaps compacted segments in (``.swap`` files present) it reads what recovery would produce
+(:func:`reader_view`), so it never sees the gap between the old segments' removal and the new
+one's rename.
+
+This module imports no partition or compaction code; both build on it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterable
+from typing import Final
+
+from . import _io
+from .errors import CorruptionError, StorageError
+from .manifest import check_sealed, manifest_stamp, read_manifest, write_manifest
+from .naming import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    parse_segment_file,
+    segment_path,
+)
+from .segment.segment import Segment, SegmentSettings
+
+__all__ = [
+    "SEGMENT_KINDS",
+    "adopt",
+    "complete_swaps",
+    "open_view",
+    "reader_view",
+    "recover",
+    "rename_kind",
+    "roll_forward",
+    "segment_bases",
+]
+
+log = logging.getLogger(__name__)
+
+SEGMENT_KINDS: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, ".txnindex")
+"""The files of one segment, by suffix."""
+_INDEX_KINDS: Final = (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+_RELIST_ATTEMPTS: Final = 50
+
+Stamp = tuple[int, int, int] | None
+
+
+def check_folder(directory: str) -> list[str]:
+    """The names in a partition folder; a planted symbolic link is never followed."""
+    if os.path.islink(directory):
+        raise StorageError(errno.ELOOP, "partition folder is a symbolic link", directory)
+    return os.listdir(directory)
+
+
+def segment_bases(names: Iterable[str]) -> list[int]:
+    """Sorted base offsets of the plain ``.log`` files among ``names``."""
+    return sorted(
+        p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and not p[2]
+    )
+
+
+# ---------------------------------------------------------------------------- the writer
+
+
+def recover(
+    directory: str,
+    settings: SegmentSettings,
+    *,
+    recovery_point: int | None,
+    start_offset: int,
+    clean: bool,
+) -> list[Segment]:
+    """The writer's open: the passes of the module notes. Returns the segments, every one but
+    the last sealed, the last open for appending (none for an empty folder)."""
+    names = _clean_leftovers(directory, check_folder(directory))
+    bases = segment_bases(names)
+    sealed = check_sealed(directory, bases, start_offset)
+    segments = [Segment(directory, b, settings, writable=False) for b in bases]
+    _drop_below_start(directory, segments, start_offset)
+    _recover_segments(directory, settings, segments, sealed, recovery_point, clean)
+    end = segments[-1].next_offset if segments else 0
+    if clean and recovery_point is not None and end != recovery_point:
+        # A clean close checkpoints the end offset: a log that now ends elsewhere lost
+        # flushed records (a cut at a batch boundary, which CRCs cannot see) or has a
+        # damaged base offset (outside the CRC too).
+        raise CorruptionError(
+            f"the log ends at offset {end}, but it was closed cleanly at "
+            f"{recovery_point}: flushed records are missing or damaged",
+            path=directory,
+        )
+    return segments
+
+
+def _clean_leftovers(directory: str, names: list[str]) -> list[str]:
+    """Delete ``.deleted``/``.cleaned`` files and stray ``.tmp``; roll ``.swap`` files forward.
+    Returns the names the folder then holds."""
+    keep, swaps = [], []
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
+            _io.unlink(path)
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(name)
+        else:
+            keep.append(name)
+    if swaps:
+        keep = complete_swaps(directory, keep, swaps)
+    if len(keep) != len(names):
+        _io.fsync_dir(directory)
+    return keep
+
+
+def _drop_below_start(directory: str, segments: list[Segment], start_offset: int) -> None:
+    """Delete whole segments that lie below the log start offset (an interrupted retention)."""
+    dropped = False
+    while len(segments) > 1 and segments[1].base_offset <= start_offset:
+        segments.pop(0).delete()
+        dropped = True
+    if dropped:
+        _io.fsync_dir(directory)
+
+
+def _recover_segments(
+    directory: str,
+    settings: SegmentSettings,
+    segments: list[Segment],
+    sealed: dict[int, int],
+    recovery_point: int | None,
+    clean: bool,
+) -> None:
+    """Reopen for writing and validate the segments from the recovery point on (in place)."""
+    if not segments:
+        return
+    if clean:
+        first = len(segments) - 1
+    else:
+        point = recovery_point if recovery_point is not None else 0
+        first = max(0, sum(1 for s in segments if s.base_offset <= point) - 1)
+    i = first
+    while i < len(segments):
+        last = len(segments) - 1
+        segments[i].close()
+        seg = segments[i] = Segment(directory, segments[i].base_offset, settings, writable=True)
+        seg.open_indexes_for_append()
+        if clean and i == last:
+            seg.load_active_state()
+            break
+        is_sealed = i < last and seg.base_offset in sealed
+        result = seg.recover(truncate=not is_sealed, contiguous=i == last)
+        if is_sealed and result.truncated_bytes:
+            # A sealed segment was fsynced whole: damage inside it is not a torn tail.
+            raise CorruptionError(
+                f"sealed segment is damaged: {result.error}",
+                path=seg.log_path,
+                position=result.valid_bytes,
+            )
+        if result.truncated_bytes and i < last:
+            log.warning(
+                "%s: dropping %d unflushed segment(s) after the truncated one", directory, last - i
+            )
+            for later in segments[i + 1 :]:
+                later.delete()
+            del segments[i + 1 :]
+            _io.fsync_dir(directory)
+        if i < len(segments) - 1:
+            seg.seal()
+        i += 1
+    segments[-1].flush()
+
+
+# ---------------------------------------------------------------------------- swaps
+
+
+def rename_kind(directory: str, base: int, kind: str, old: str, new: str) -> None:
+    """Rename segment ``base``'s ``kind`` file from suffix ``old`` to ``new``, if it exists."""
+    path = segment_path(directory, base, kind)
+    if os.path.exists(path + old):
+        _io.rename(path + old, path + new)
+
+
+def roll_forward(directory: str, base: int, doomed: Iterable[tuple[int, str]]) -> None:
+    """Unlink the ``(base offset, kind)`` files being replaced (never ``base``'s own ``.log``,
+    which the rename replaces atomically), then move the swap files of segment ``base`` into
+    place, fsyncing the directory after each step."""
+    for b, kind in doomed:
+        path = segment_path(directory, b, kind)
+        if (b, kind) != (base, LOG_SUFFIX) and os.path.lexists(path):
+            _io.unlink(path)
+    _io.fsync_dir(directory)
+    rename_kind(directory, base, LOG_SUFFIX, SWAP_SUFFIX, "")
+    for kind in _INDEX_KINDS:
+        rename_kind(directory, base, kind, SWAP_SUFFIX, "")
+    _io.fsync_dir(directory)
+
+
+def _swap_range(directory: str, base: int) -> tuple[int, int] | None:
+    """``[base, next offset)`` the swap segment ``base`` replaces (at least ``base`` itself);
+    None if its log file is gone (renamed into place meanwhile)."""
+    seg = Segment(directory, base, SegmentSettings(), writable=False, suffix=SWAP_SUFFIX)
+    try:
+        if seg.size == 0 and not os.path.exists(seg.log_path):
+            return None
+        return base, max(seg.next_offset, base + 1)
+    finally:
+        seg.close()
+
+
+def _swap_bases(names: Iterable[str]) -> list[int]:
+    return sorted(
+        p[0]
+        for n in names
+        if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and p[2] == SWAP_SUFFIX
+    )
+
+
+def complete_swaps(directory: str, keep_names: list[str], swap_names: list[str]) -> list[str]:
+    """Finish interrupted swaps at open (``.cleaned`` files are already deleted): for every
+    ``X.log.swap``, delete the segment files whose base lies in the offset range it covers,
+    rename its files into place and repair the manifest; index ``.swap`` files without a log
+    swap are deleted (their log was already renamed, or never was). Returns the names the
+    directory then holds, in place of ``keep_names``."""
+    logs = _swap_bases(swap_names)
+    ranges = [r for b in logs if (r := _swap_range(directory, b)) is not None]
+    manifest = read_manifest(directory)
+    if manifest:
+        for lo, hi in ranges:
+            for b in [b for b in manifest if lo <= b < hi]:
+                del manifest[b]
+            manifest[lo] = os.path.getsize(segment_path(directory, lo, LOG_SUFFIX) + SWAP_SUFFIX)
+        write_manifest(directory, manifest)
+    for name in swap_names:
+        p = parse_segment_file(name)
+        if p is None or p[0] not in logs or p[1] not in (LOG_SUFFIX, *_INDEX_KINDS):
+            _io.unlink(os.path.join(directory, name))
+    for lo, hi in ranges:
+        doomed = [
+            (p[0], p[1])
+            for name in keep_names
+            if (p := parse_segment_file(name)) and not p[2] and p[1] in SEGMENT_KINDS
+            and lo <= p[0] < hi
+        ]  # fmt: skip
+        roll_forward(directory, lo, doomed)
+    present = set(os.listdir(directory))
+    return [n for n in keep_names if n in present] + sorted(
+        n for n in present - set(keep_names) if not n.endswith(SWAP_SUFFIX)
+    )
+
+
+# ---------------------------------------------------------------------------- read-only views
+
+
+def open_view(directory: str, settings: SegmentSettings) -> tuple[list[Segment], Stamp]:
+    """A read-only process's open: the segments, and the manifest stamp they were checked
+    against (None until the first :func:`adopt`; a swap in progress is adopted at once)."""
+    names = check_folder(directory)
+    bases = segment_bases(names)
+    segments = [
+        Segment(directory, b, settings, writable=False, live=b == bases[-1]) for b in bases
+    ]
+    if any(n.endswith(SWAP_SUFFIX) for n in names):
+        adopted = adopt(directory, settings, segments, names, None)
+        if adopted is not None:
+            return adopted
+    return segments, None
+
+
+def adopt(
+    directory: str,
+    settings: SegmentSettings,
+    segments: list[Segment],
+    names: list[str],
+    seen: Stamp,
+) -> tuple[list[Segment], Stamp] | None:
+    """Read-only view: the segments ``names`` (a listing) holds, keeping those of ``segments``
+    still open that still are what their name says; None when nothing changed. ``seen`` is the
+    manifest stamp of the last call: when it moved, open segments are checked again."""
+    bases = segment_bases(names)
+    swapping = any(n.endswith(LOG_SUFFIX + SWAP_SUFFIX) for n in names)
+    stamp = manifest_stamp(directory)
+    recheck = stamp != seen
+    if bases == [s.base_offset for s in segments] and not swapping and not recheck:
+        return None
+    view: dict[int, Segment | None] = dict.fromkeys(bases)
+    if swapping:
+        view = reader_view(directory, settings)
+    old = {s.base_offset: s for s in segments}
+    segs = []
+    for b, opened in view.items():
+        seg = opened or old.get(b)
+        if seg is None or (
+            opened is None and (seg.suffix or (recheck and not seg.is_current()))
+        ):
+            seg = Segment(directory, b, settings, writable=False, live=True)
+        segs.append(seg)
+    # Segments the writer removed or replaced are dropped, not closed: a concurrent
+    # iterator may still be reading them (their descriptors close with the last reference).
+    for seg in segs[:-1]:
+        if seg.live:
+            seg.refresh()
+            seg.live = False
+    return segs, stamp
+
+
+def reader_view(directory: str, settings: SegmentSettings) -> dict[int, Segment | None]:
+    """What a read-only process should read while a swap may be in progress: ``{base offset:
+    segment}`` where a segment is given (opened on its ``.swap`` files) for each swap and
+    ``None`` stands for the plain ``.log`` of that base. The old segments a swap replaces are
+    left out, as recovery will delete them. The directory is listed again if a swap completes
+    while it is examined."""
+    names: list[str] = []
+    for _ in range(_RELIST_ATTEMPTS):
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return {}
+        view = _view_of(directory, names, settings)
+        if view is not None:
+            return view
+    return dict.fromkeys(segment_bases(names))
+
+
+def _view_of(
+    directory: str, names: list[str], settings: SegmentSettings
+) -> dict[int, Segment | None] | None:
+    view: dict[int, Segment | None] = {}
+    ranges = []
+    for base in _swap_bases(names):
+        seg = Segment(directory, base, settings, writable=False, suffix=SWAP_SUFFIX)
+        if seg.size == 0 and not os.path.exists(seg.log_path):
+            seg.close()
+            for opened in view.values():
+                if opened is not None:
+                    opened.close()
+            return None
+        view[base] = seg
+        ranges.append((base, max(seg.next_offset, base + 1)))
+    for base in segment_bases(names):
+        if not any(lo <= base < hi for lo, hi in ranges):
+            view[base] = None
+    return dict(sorted(view.items()))

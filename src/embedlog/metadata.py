@@ -1,0 +1,187 @@
+"""The files at the root of a log folder, other than the writer lock and the partitions.
+
+::
+
+    embedlog.json                      topics, partition counts, configs (embedlog only)
+    recovery-point-offset-checkpoint   Kafka checkpoint: below this offset a partition is on disk
+    log-start-offset-checkpoint        Kafka checkpoint: each partition's log start offset
+    .kafka_cleanshutdown               present only after a clean close
+
+``embedlog.json`` layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>,
+"config": {<Kafka name>: <value, only those that differ from the default>}}}}``, replaced
+atomically. A Kafka folder has none: its topics are discovered from the ``<topic>-<partition>``
+folder names (:func:`discover_topics`). Everything read here is untrusted input; a bad file
+raises :class:`~embedlog.errors.CorruptCheckpointError`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from . import _io, checkpoint
+from .config import TopicConfig
+from .errors import CorruptCheckpointError, UsageError
+from .naming import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_CHECKPOINT,
+    METADATA_FILE,
+    RECOVERY_POINT_CHECKPOINT,
+    parse_partition_dir,
+    validate_topic,
+)
+from .records import TopicPartition
+
+__all__ = [
+    "CLEAN_SHUTDOWN",
+    "LOG_START",
+    "METADATA",
+    "RECOVERY_POINT",
+    "StartOffsetWatch",
+    "discover_topics",
+    "parse_metadata",
+    "read_metadata",
+    "take_clean_marker",
+    "write_clean_marker",
+    "write_metadata",
+]
+
+METADATA: Final = METADATA_FILE
+RECOVERY_POINT: Final = RECOVERY_POINT_CHECKPOINT
+LOG_START: Final = LOG_START_CHECKPOINT
+CLEAN_SHUTDOWN: Final = CLEAN_SHUTDOWN_FILE
+
+Topics = dict[str, tuple[int, TopicConfig]]
+
+
+def read_metadata(root: str) -> Topics | None:
+    """``{topic: (partition count, config)}`` from ``embedlog.json``; None without the file."""
+    path = os.path.join(root, METADATA)
+    try:
+        with builtins.open(path, "rb") as f:
+            raw = f.read(_MAX_METADATA_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CorruptCheckpointError(f"unreadable topic metadata: {exc}", path=path) from exc
+    return parse_metadata(raw, path=path)
+
+
+def discover_topics(root: str) -> Topics:
+    """Topics of a plain Kafka directory, from its ``<topic>-<partition>`` folders."""
+    found: dict[str, int] = {}
+    for entry in os.scandir(root):
+        parsed = parse_partition_dir(entry.name)
+        if parsed and entry.is_dir(follow_symlinks=False):
+            found[parsed[0]] = max(found.get(parsed[0], 0), parsed[1] + 1)
+    return {name: (n, TopicConfig()) for name, n in sorted(found.items())}
+
+
+def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]]) -> None:
+    """Replace ``embedlog.json`` with ``topics``, atomically."""
+    doc = {
+        "version": 1,
+        "topics": {
+            name: {"partitions": count, "config": _non_default(config)}
+            for name, (count, config) in topics.items()
+        },
+    }
+    _io.write_atomic(
+        os.path.join(root, METADATA), json.dumps(doc, indent=1, sort_keys=True).encode()
+    )
+
+
+def take_clean_marker(root: str) -> bool:
+    """Whether the last close was clean; the marker is removed (durably) so that a crash from
+    now on is seen as one."""
+    marker = os.path.join(root, CLEAN_SHUTDOWN)
+    clean = os.path.exists(marker)
+    if clean:
+        _io.unlink(marker)
+        _io.fsync_dir(root)
+    return clean
+
+
+def write_clean_marker(root: str) -> None:
+    """The last step of a clean close: create the marker, durably."""
+    marker = _io.open_file(os.path.join(root, CLEAN_SHUTDOWN), os.O_WRONLY | os.O_CREAT)
+    _io.fsync(marker)
+    _io.close(marker)
+    _io.fsync_dir(root)
+
+
+class StartOffsetWatch:
+    """Read-only views: the writer's ``log-start-offset-checkpoint``, re-read only when the file
+    changed (so a ``delete_records`` inside a segment is seen)."""
+
+    def __init__(self, root: str) -> None:
+        self._path = os.path.join(root, LOG_START)
+        self._stamp: tuple[int, int, int] | None = None
+        self._cache: dict[TopicPartition, int] = {}
+
+    def get(self, tp: TopicPartition) -> int | None:
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            try:
+                self._cache = checkpoint.read_offsets(self._path)
+            except CorruptCheckpointError:
+                return None  # being replaced right now, or damaged: keep what we know
+            self._stamp = stamp
+        return self._cache.get(tp)
+
+
+_MAX_METADATA_BYTES = 64 * 1024 * 1024
+_MAX_PARTITIONS = 1 << 20
+
+
+def parse_metadata(raw: bytes, *, path: str | None = None) -> dict[str, tuple[int, TopicConfig]]:
+    """``{topic: (partition count, config)}`` from the bytes of ``embedlog.json``.
+
+    Layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>, "config": {<Kafka
+    name>: <value>}}}}``. Anything else -- bad JSON, wrong types, an invalid topic name, a
+    partition count outside ``1..2**20``, a config Kafka would reject -- raises
+    :class:`~embedlog.errors.CorruptCheckpointError`.
+    """
+
+    def bad(msg: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"topic metadata: {msg}", path=path)
+
+    if len(raw) > _MAX_METADATA_BYTES:
+        raise bad("file is too large")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise bad(f"unreadable: {exc}") from None
+    topics = doc.get("topics") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(topics, dict):
+        raise bad("unknown layout")
+    out: dict[str, tuple[int, TopicConfig]] = {}
+    for name, info in topics.items():
+        try:
+            validate_topic(name)
+        except UsageError as exc:
+            raise bad(str(exc)) from None
+        count = info.get("partitions") if isinstance(info, dict) else None
+        config = info.get("config", {}) if isinstance(info, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or not (
+                0 < count <= _MAX_PARTITIONS):
+            raise bad(f"topic {name!r} has an invalid partition count {count!r}")
+        if not isinstance(config, dict):
+            raise bad(f"topic {name!r} has a config that is not an object")
+        try:
+            out[name] = (count, TopicConfig.from_kafka(config))
+        except (UsageError, OverflowError) as exc:
+            raise bad(f"topic {name!r}: {exc}") from None
+    return out
+
+
+def _non_default(config: TopicConfig) -> dict[str, Any]:
+    default = TopicConfig().to_kafka()
+    return {k: v for k, v in config.to_kafka().items() if default[k] != v}

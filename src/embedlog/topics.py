@@ -1,0 +1,182 @@
+"""The topics of one log folder: their partitions, ``embedlog.json`` and the root checkpoints.
+
+A :class:`TopicTable` creates the :class:`~embedlog.partition.Partition` objects (with the
+callbacks that keep the checkpoints current), loads them on open, and creates, deletes and
+alters topics on disk. The caller (:class:`embedlog.Log`) serialises those changes with its own
+lock; checkpoint writes are serialised here, because partitions trigger them from any thread
+(a roll writes the recovery points, retention the log start offsets).
+
+On-disk order: a topic's folders exist (fsynced) before ``embedlog.json`` names it; it leaves
+``embedlog.json`` before its files are deleted. The log start offsets are written *before* the
+segments below them are unlinked (see :mod:`embedlog.partition`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import _io, checkpoint, metadata
+from .config import TopicConfig
+from .errors import CorruptCheckpointError, TopicExistsError
+from .naming import partition_dir_name
+from .partition import Partition
+from .records import TopicPartition
+
+__all__ = ["Topic", "TopicTable"]
+
+
+class Topic:
+    __slots__ = ("config", "name", "partitions")
+
+    def __init__(self, name: str, config: TopicConfig, partitions: list[Partition]):
+        self.name = name
+        self.config = config
+        self.partitions = partitions
+
+
+class TopicTable:
+    """``{name: Topic}`` of the log folder ``root``, as the writer or a read-only view."""
+
+    def __init__(self, root: str, *, writable: bool, fsync: bool, clock: Callable[[], int]
+                 ) -> None:
+        self.root = root
+        self.writable = writable
+        self.fsync = fsync
+        self.clock = clock
+        self.by_name: dict[str, Topic] = {}
+        self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
+        self._start_watch = metadata.StartOffsetWatch(root)
+
+    def partitions(self) -> list[Partition]:
+        """Every partition of every topic."""
+        return [p for t in list(self.by_name.values()) for p in t.partitions]
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Add the topics ``embedlog.json`` lists (or, in a Kafka folder, its partition folders
+        show) that are not known yet; a read-only view opens their partitions at once."""
+        meta = metadata.read_metadata(self.root)
+        if meta is None:
+            meta = metadata.discover_topics(self.root)
+        for name, (count, config) in meta.items():
+            if name in self.by_name:
+                continue
+            parts = [self._partition(name, i, config) for i in range(count)]
+            self.by_name[name] = Topic(name, config, parts)
+        if not self.writable:
+            starts = checkpoint.read_offsets(os.path.join(self.root, metadata.LOG_START))
+            for topic in self.by_name.values():
+                for p in topic.partitions:
+                    if not p.segments and os.path.isdir(p.directory):
+                        tp = TopicPartition(topic.name, p.partition)
+                        p.load(recovery_point=None, start_offset=starts.get(tp, 0), clean=True)
+
+    def recover(self, clean: bool) -> None:
+        """The writer's open: load every partition from its checkpointed recovery point and log
+        start offset (:mod:`embedlog.loader`)."""
+        points = checkpoint.read_offsets(os.path.join(self.root, metadata.RECOVERY_POINT))
+        starts = checkpoint.read_offsets(os.path.join(self.root, metadata.LOG_START))
+        for topic in self.by_name.values():
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition)
+                if not os.path.isdir(p.directory):
+                    raise CorruptCheckpointError(
+                        f"topic metadata lists {tp.topic}-{tp.partition}, whose folder is "
+                        "missing", path=p.directory)
+                p.load(recovery_point=points.get(tp), start_offset=starts.get(tp, 0),
+                       clean=clean)
+
+    def _partition(self, topic: str, index: int, config: TopicConfig) -> Partition:
+        return Partition(
+            os.path.join(self.root, partition_dir_name(topic, index)),
+            topic,
+            index,
+            config,
+            writable=self.writable,
+            fsync=self.fsync,
+            clock=self.clock,
+            on_start_offset=self.checkpoint_start_offsets,
+            on_roll=self.checkpoint_recovery_points,
+            start_offset_source=None if self.writable else self._persisted_start_offset,
+        )
+
+    def _persisted_start_offset(self, p: Partition) -> int | None:
+        """Read-only views: the writer's ``log-start-offset-checkpoint`` entry for ``p``."""
+        return self._start_watch.get(TopicPartition(p.topic, p.partition))
+
+    # ------------------------------------------------------------------ changes
+
+    def create(self, name: str, count: int, config: TopicConfig) -> None:
+        """Create the topic's folders and empty partitions, then list it in ``embedlog.json``."""
+        if name in self.by_name:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        for i in range(count):
+            d = os.path.join(self.root, partition_dir_name(name, i))
+            if os.path.lexists(d):
+                raise TopicExistsError(f"{d} already exists")
+        parts = [self._partition(name, i, config) for i in range(count)]
+        for p in parts:
+            _io.mkdir(p.directory)
+        _io.fsync_dir(self.root)
+        for p in parts:
+            p.load(recovery_point=None, start_offset=0, clean=True)
+        self.by_name[name] = Topic(name, config, parts)
+        self.write_metadata()
+
+    def remove(self, name: str) -> Topic:
+        """Drop the topic from ``embedlog.json`` (its files stay: :meth:`delete_files`)."""
+        topic = self.by_name.pop(name)
+        self.write_metadata()
+        return topic
+
+    def delete_files(self, topic: Topic) -> None:
+        """Close a removed topic's partitions and delete their folders."""
+        for p in topic.partitions:
+            p.close()
+            for entry in os.listdir(p.directory):
+                _io.unlink(os.path.join(p.directory, entry))
+            _io.rmdir(p.directory)
+        _io.fsync_dir(self.root)
+        self.checkpoint_start_offsets()
+
+    def alter(self, topic: Topic, config: Mapping[str, Any]) -> TopicConfig:
+        """Merge ``config`` (Kafka names) into the topic's settings and persist them."""
+        topic.config = topic.config.merged(config)
+        for p in topic.partitions:
+            p.config = topic.config
+        self.write_metadata()
+        return topic.config
+
+    def write_metadata(self) -> None:
+        metadata.write_metadata(self.root, {
+            t.name: (len(t.partitions), t.config) for t in list(self.by_name.values())})
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint_start_offsets(self, _: Partition | None = None) -> None:
+        """Write ``log-start-offset-checkpoint`` (partitions whose log start is above 0)."""
+        with self._checkpoint_lock:
+            offsets = {
+                TopicPartition(p.topic, p.partition): p.start_offset
+                for p in self.partitions()
+                if p.start_offset > 0
+            }
+            checkpoint.write_offsets(os.path.join(self.root, metadata.LOG_START), offsets)
+
+    def checkpoint_recovery_points(self, _: Partition | None = None, *, final: bool = False
+                                   ) -> None:
+        """Write ``recovery-point-offset-checkpoint``: each active segment's base (everything
+        below it was sealed, hence fsynced), or with ``final`` (a clean close) the end offset."""
+        with self._checkpoint_lock:
+            offsets = {
+                TopicPartition(p.topic, p.partition): (
+                    p.end_offset if final else p.active.base_offset
+                )
+                for p in self.partitions()
+                if p.segments
+            }
+            checkpoint.write_offsets(os.path.join(self.root, metadata.RECOVERY_POINT), offsets)
