@@ -283,3 +283,9 @@ def test_read_only_view_sees_delete_records_inside_a_segment(log_dir: pathlib.Pa
             assert next(ro.read("t", 0)).offset == 40
             with pytest.raises(embedlog.OffsetOutOfRangeError):
                 list(ro.read("t", 0, 10))
+
+
+def test_a_count_line_padded_with_control_whitespace_is_parsed_as_it_is_checked() -> None:
+    from embedlog.checkpoint import OFFSETS
+
+    assert OFFSETS.parse("0\n1\x1f\x1f\nt 0 5\n") == [("t", 0, 5)]

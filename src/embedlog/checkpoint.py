@@ -87,9 +87,10 @@ class VersionedText:
                             path)
         body = lines[1:]
         if self.counted:
-            if not body or not _INT_RE.match(body[0].strip()):
+            counted = body[0].strip() if body else ""
+            if not _INT_RE.match(counted):
                 raise self._bad("missing or non-integer entry count", path)
-            count, body = int(body[0]), body[1:]
+            count, body = int(counted), body[1:]
             if count != len(body):
                 raise self._bad(f"header says {count} entries, file has {len(body)}", path)
         return [self._row(line, path) for line in body]
