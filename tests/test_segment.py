@@ -283,6 +283,30 @@ def test_a_sealed_segment_reopens_read_only_with_the_same_answers(seg_dir: Path)
     assert fs.calls == []  # a reader never goes through the mutation door
 
 
+def test_a_reader_whose_index_is_closed_by_a_concurrent_seal_asks_again(
+        seg_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seg, model = filled(seg_dir, batches=25, interval=200)
+    stale = seg._offset_index()
+    assert stale is not None
+    current = Segment._offset_index
+    calls = []
+
+    def racing(self: Segment) -> object:
+        # the first call hands out the writer's index and seals before the reader uses it
+        calls.append(1)
+        if len(calls) == 1:
+            seg.seal()
+            return stale
+        return current(self)
+
+    monkeypatch.setattr(Segment, "_offset_index", racing)
+    offset = model.records[-1][0]
+    assert stale.closed is False
+    assert seg.find_position(offset) == model.position_of(offset)
+    assert stale.closed and len(calls) == 2
+    seg.close()
+
+
 def test_a_reopened_active_segment_continues_where_it_stopped(seg_dir: Path) -> None:
     seg, model = filled(seg_dir, batches=15, interval=150)
     seg.close()

@@ -296,15 +296,29 @@ class Segment:
                     self._timeindex = None
         return self._timeindex
 
+    def _indexed_position(self, offset: int) -> int:
+        """Where the offset index says to start scanning for ``offset`` (0 without an index).
+
+        A reader does not hold the partition lock here, so the index it got may be closed under
+        it by a concurrent seal (the writer's in-memory index gives way to the sealed file) or
+        by a reload of a live segment's copy: it then asks once more for the current index."""
+        for _ in range(2):
+            index = self._offset_index()
+            if index is None:
+                return 0
+            try:
+                _, start = index.lookup(offset)
+            except ValueError:
+                if not index.closed:
+                    raise
+                continue
+            return start if start < self.size else 0
+        return 0
+
     def find_position(self, offset: int) -> int | None:
         """Byte position of the first batch whose last offset is >= ``offset``; ``None`` if the
         segment has no such batch."""
-        start = 0
-        index = self._offset_index()
-        if index is not None:
-            _, start = index.lookup(offset)
-            if start >= self.size:
-                start = 0
+        start = self._indexed_position(offset)
         position = start
         while position + fmt.HEADER_SIZE <= self.size:
             head = self.pread(position, fmt.HEADER_SIZE)
