@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from doubles import ScriptedFS
 from embedlog import _io
-from embedlog.errors import CorruptBatchError, StorageError
+from embedlog.errors import CorruptBatchError, CorruptionError, StorageError
 from embedlog.segment import format as fmt
 from embedlog.segment.segment import Segment, SegmentSettings
 
@@ -428,7 +428,7 @@ def test_recovery_cuts_a_torn_tail_and_rebuilds_the_indexes(data: st.DataObject)
         cut = data.draw(st.integers(1, len(extra) - 1))
         write_log(seg_dir, 0, whole + extra[:cut])
         seg = recovering(seg_dir, interval=100)
-        result = seg.recover(contiguous=True)
+        result = seg.recover()
         assert (result.valid_bytes, result.truncated_bytes) == (len(whole), cut)
         assert result.next_offset == model.next_offset and result.error is None
         assert os.path.getsize(seg.log_path) == len(whole) == seg.size
@@ -499,10 +499,34 @@ def test_batches_out_of_offset_order_are_damage(seg_dir: Path) -> None:
     assert info.value.position == len(first)
     ro.close()
     seg = recovering(seg_dir, base=10)
-    result = seg.recover(contiguous=True)
-    assert result.valid_bytes == len(first) and result.next_offset == 12
+    result = seg.recover()
+    # Either base offset may be the damaged one (it is outside the CRC): neither batch is kept.
+    assert result.valid_bytes == 0 and result.next_offset == 10
     assert "out of order" in (result.error or "")
     seg.close()
+
+
+def test_forward_gaps_between_batches_are_legal_in_every_segment(seg_dir: Path) -> None:
+    # A Kafka follower of a compacted topic appends its leader's compacted batches to its
+    # active segment: offsets may jump forward anywhere, also before the first batch.
+    batches = [encode(12, [b"a", b"b"], [T0, T0]), encode(20, [b"c"], [T0]),
+               encode(104, [b"d"] * 10, [T0] * 10)]
+    write_log(seg_dir, 10, b"".join(batches))
+    for live in (False, True):
+        ro = Segment(str(seg_dir), 10, settings_for(100), writable=False, live=live)
+        assert [(h.base_offset, h.last_offset) for _, _, h in ro.batches()] == [
+            (12, 13), (20, 20), (104, 113)]
+        assert ro.next_offset == 114 and ro.find_position(15) == len(batches[0])
+        ro.close()
+    seg = recovering(seg_dir, base=10, interval=1)
+    result = seg.recover()
+    assert (result.valid_bytes, result.truncated_bytes, result.error) == (
+        sum(map(len, batches)), 0, None)
+    assert result.next_offset == 114
+    seg.close()
+    again = open_active(seg_dir, 10, settings_for(1))  # a clean open of the active segment
+    assert again.next_offset == 114
+    again.close()
 
 
 def test_a_batch_below_the_base_offset_is_damage(seg_dir: Path) -> None:
@@ -545,9 +569,9 @@ def test_a_symlink_in_place_of_the_log_is_refused(seg_dir: Path, tmp_path: Path)
     target = tmp_path / "elsewhere.log"
     target.write_bytes(b"")
     os.symlink(target, seg_dir / "00000000000000000000.log")
-    with pytest.raises(StorageError):
+    with pytest.raises(CorruptionError, match="symbolic link"):
         Segment(str(seg_dir), 0, settings_for(100), writable=True)
-    with pytest.raises(StorageError):
+    with pytest.raises(CorruptionError, match="symbolic link"):
         Segment(str(seg_dir), 0, settings_for(100), writable=False)
     assert target.read_bytes() == b""
 

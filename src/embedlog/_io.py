@@ -13,6 +13,12 @@ Rules kept by callers (checked by the crash explorer in ``tests/``):
 
 Files are created ``0o640`` and directories ``0o750`` (the umask may only narrow this), and files
 are opened with ``O_NOFOLLOW`` so a symlink planted in the log directory is never written through.
+
+Only regular files are ever opened, for writing here and for reading through
+:func:`open_regular` / :func:`read_regular`: every open adds ``O_NONBLOCK | O_NOFOLLOW`` (so a
+FIFO planted in place of a file cannot block the open, and a symlink is refused) and checks
+``fstat`` for ``S_ISREG``; a FIFO, socket, device, directory or symlink where a file belongs is
+damage, reported as :class:`~embedlog.errors.CorruptionError` naming the path and what was found.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import errno as _errno
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StorageError
+from .errors import CorruptionError, StorageError
 
 __all__ = [
     "DIR_MODE",
@@ -40,7 +47,9 @@ __all__ = [
     "mark",
     "mkdir",
     "open_file",
+    "open_regular",
     "pwrite",
+    "read_regular",
     "rename",
     "rmdir",
     "storage_error",
@@ -55,6 +64,9 @@ FILE_MODE = 0o640
 DIR_MODE = 0o750
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_NOT_REGULAR_ERRNOS = frozenset({_errno.ELOOP, _errno.EISDIR, _errno.ENXIO, _errno.ENODEV,
+                                 _errno.ENOTDIR, _errno.EOPNOTSUPP})
 
 
 @dataclass
@@ -81,13 +93,93 @@ def storage_error(exc: OSError, what: str, path: str | None) -> StorageError:
     return err
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _not_regular(path: str, mode: int, error: type[CorruptionError]) -> CorruptionError:
+    return error(f"expected a regular file, found {_kind(mode)}", path=path)
+
+
+def _open_regular_fd(path: str, flags: int, mode: int, error: type[CorruptionError]) -> int:
+    """``os.open`` that only ever returns a descriptor of a regular file (see the module
+    docstring). ``OSError`` passes through unless the path names something that is not a
+    regular file, which raises ``error``."""
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | _NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno in _NOT_REGULAR_ERRNOS:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                raise exc from None
+            if not stat.S_ISREG(st.st_mode):
+                raise _not_regular(path, st.st_mode, error) from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode, error)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, *,
+                 error: type[CorruptionError] = CorruptionError) -> int:
+    """Open an existing regular file without creating anything (reads: never recorded as a
+    mutation). ``FileNotFoundError`` passes through; something that is not a regular file raises
+    ``error``; any other failure :class:`~embedlog.errors.StorageError`."""
+    try:
+        return _open_regular_fd(path, flags & ~os.O_CREAT, 0, error)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, "open", path) from exc
+
+
+def read_regular(path: str, max_bytes: int, *,
+                 error: type[CorruptionError] = CorruptionError) -> bytes | None:
+    """At most ``max_bytes`` bytes from the start of the small regular file ``path`` (a
+    checkpoint, a state file); ``None`` if it does not exist. A caller that reads one byte more
+    than it accepts can tell a file that is too large."""
+    try:
+        fd = open_regular(path, error=error)
+    except FileNotFoundError:
+        return None
+    try:
+        parts: list[bytes] = []
+        done = 0
+        while done < max_bytes:
+            chunk = os.read(fd, min(max_bytes - done, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            done += len(chunk)
+        return b"".join(parts)
+    except OSError as exc:
+        raise storage_error(exc, "read", path) from exc
+    finally:
+        os.close(fd)
+
+
 class FileSystem:
     """The production backend: plain ``os`` calls, with ``OSError`` mapped to
     :class:`~embedlog.errors.StorageError`. Subclasses record or fail calls in tests."""
 
     def open(self, path: str, flags: int, mode: int = FILE_MODE) -> int:
+        """A regular file only (see the module docstring): anything else at ``path`` raises
+        :class:`~embedlog.errors.CorruptionError`."""
         try:
-            return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+            return _open_regular_fd(path, flags, mode, CorruptionError)
         except OSError as exc:
             raise storage_error(exc, "open", path) from exc
 

@@ -167,7 +167,7 @@ def _recover_segments(
             seg.load_active_state()
             break
         is_sealed = i < last and seg.base_offset in sealed
-        result = seg.recover(truncate=not is_sealed, contiguous=i == last)
+        result = seg.recover(truncate=not is_sealed)
         if is_sealed and result.truncated_bytes:
             # A sealed segment was fsynced whole: damage inside it is not a torn tail.
             raise CorruptionError(

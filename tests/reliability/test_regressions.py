@@ -223,7 +223,7 @@ def test_symlinked_segment_is_a_storage_error() -> None:
     seg = segs(path)[-1]  # the active segment: not in the manifest of sealed sizes
     seg.unlink()
     seg.symlink_to(victim)
-    with pytest.raises(embedlog.StorageError):
+    with pytest.raises(embedlog.CorruptionError, match="symbolic link"):
         embedlog.open(path)
     assert victim.read_bytes() == b"x"
 

@@ -52,6 +52,17 @@ the file is read with ``os.pread`` into memory instead, for the live active segm
 process, whose writer may trim (shrink) the file under a mapping. A 0-byte file is never mapped.
 A read-only instance is a snapshot of the file at open time.
 
+Bounded by the log
+==================
+
+An index holds at most one entry per batch of its log, and the smallest v2 batch is 61 bytes,
+so a ``.log`` of ``L`` bytes justifies at most ``L // 61`` entries. The segment passes that bound
+as ``entry_limit``; then no open reads, copies or maps more than ``entry_limit`` entries, however
+large the file claims to be (a sparse 10 GiB ``.index`` costs nothing). A read-only file longer
+than the bound is reported by :meth:`EntryFile.sanity_check` (the caller ignores or rebuilds it);
+a writer cuts it back to its pre-allocated size. Only regular files are opened
+(:func:`embedlog._io.open_regular`): anything else is a :class:`~embedlog.errors.CorruptIndexError`.
+
 Lookups are binary searches (``np.searchsorted``) over a cached native-endian int64 copy of the
 search column; the big-endian column is converted once, not per lookup.
 """
@@ -178,7 +189,10 @@ class EntryFile:
         writable: bool,
         max_bytes: int = DEFAULT_MAX_BYTES,
         copy: bool = False,
+        entry_limit: int | None = None,
     ) -> None:
+        """``entry_limit``: the most entries the log can justify (see "Bounded by the log");
+        ``None`` reads the whole file."""
         base_offset = operator.index(base_offset)
         max_bytes = operator.index(max_bytes)
         if base_offset < 0:
@@ -203,6 +217,10 @@ class EntryFile:
         self._problem_known = False
         self._scan_end: ScanEnd = "end"
         self._size = 0
+        self._read_bytes = 0  # bytes of the file a reader looked at (<= _size)
+        self._limit_bytes: int | None = (
+            None if entry_limit is None else max(0, operator.index(entry_limit)) * self.ENTRY_SIZE
+        )
         self._max_entries = 0
         if self.writable:
             self._open_writable()
@@ -229,18 +247,21 @@ class EntryFile:
 
     def _open_read_only(self, copy: bool) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
-        except OSError as exc:
+            fd = _io.open_regular(self.path, error=CorruptIndexError)
+        except FileNotFoundError as exc:
             raise _io.storage_error(exc, "open", self.path) from exc
         try:
             size = os.fstat(fd).st_size
+            readable = size if self._limit_bytes is None else min(size, self._limit_bytes)
             buf: bytes | mmap.mmap
             if copy:
-                self._copied = buf = _pread_all(fd, size)
-                size = len(buf)
-            elif size > 0:
-                # Map exactly the size observed now, never more (reliability.md 3.8).
-                self._mmap = buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                self._copied = buf = _pread_all(fd, readable)
+                if len(buf) < readable:  # the file shrank meanwhile
+                    size = readable = len(buf)
+            elif readable > 0:
+                # Map the size observed now, never more (reliability.md 3.8), and never more
+                # than the log can justify.
+                self._mmap = buf = mmap.mmap(fd, readable, access=mmap.ACCESS_READ)
             else:
                 buf = b""
         except OSError as exc:
@@ -248,7 +269,8 @@ class EntryFile:
         finally:
             os.close(fd)  # an mmap keeps its own reference to the file
         self._size = size
-        count = size // self.ENTRY_SIZE
+        self._read_bytes = readable
+        count = readable // self.ENTRY_SIZE
         raw = np.frombuffer(buf, dtype=self.DTYPE, count=count) if count else self._be_buf
         self._n, self._scan_end = self._scan(raw)
         self._be_buf = raw
@@ -259,17 +281,23 @@ class EntryFile:
         self._fd = fd
         try:
             es = self.ENTRY_SIZE
+            rounded = _round_down(self._max_bytes, es)
             try:
                 size = os.fstat(fd).st_size
-                # Valid entries come first: read a prefix, and the whole file only if needed.
-                data = _pread_all(fd, min(size, _FIRST_READ))
+                # Valid entries come first: read a prefix, and the whole file only if needed --
+                # never more than the log can justify; what lies beyond the pre-allocated size
+                # is cut below without being read.
+                readable = size if self._limit_bytes is None else min(size, self._limit_bytes)
+                data = _pread_all(fd, min(readable, _FIRST_READ))
                 raw = np.frombuffer(data, dtype=self.DTYPE, count=len(data) // es)
                 n, end = self._scan(raw)
-                if end == "end" and len(data) < size:
-                    data = _pread_all(fd, size)
+                if end == "end" and len(data) < readable:
+                    data = _pread_all(fd, readable)
                     raw = np.frombuffer(data, dtype=self.DTYPE, count=len(data) // es)
                     n, end = self._scan(raw)
-                extents = _data_extents(fd, n * es, size)
+                kept = size if self._limit_bytes is None else min(
+                    size, max(self._limit_bytes, rounded))
+                extents = _data_extents(fd, n * es, kept)
                 first_nonzero = _first_nonzero(fd, extents)
             except OSError as exc:
                 raise _io.storage_error(exc, "read", self.path) from exc
@@ -282,7 +310,6 @@ class EntryFile:
             self._key_buf = np.zeros(capacity, dtype=np.int64)
             self._key_buf[:n] = raw[self.KEY][:n]
             del raw, data
-            rounded = _round_down(self._max_bytes, es)
             self._max_entries = rounded // es
             target = max(rounded, n * es)
             if size != target:
@@ -455,10 +482,15 @@ class EntryFile:
 
     def _read_only_problem(self) -> tuple[str, int] | None:
         # The numpy view of the mapping lives only inside this frame, so close() can unmap.
+        if self._size > self._read_bytes:
+            limit = (self._limit_bytes or 0) // self.ENTRY_SIZE
+            return (f"file is {self._size} bytes, more than {limit} entries: the log can "
+                    "justify at most one entry per batch", self._read_bytes)
         source = self._mmap if self._mmap is not None else self._copied
         if source is None or self._size == 0:
             return None
-        tail = np.frombuffer(source, dtype=np.uint8, count=self._size)[self._n * self.ENTRY_SIZE :]
+        tail = np.frombuffer(source, dtype=np.uint8, count=self._read_bytes)[
+            self._n * self.ENTRY_SIZE :]
         first_nonzero = None
         if tail.shape[0] and np.any(tail):
             first_nonzero = self._n * self.ENTRY_SIZE + int(np.argmax(tail != 0))

@@ -4,7 +4,12 @@ Invariants:
 
 * the ``.log`` holds v2 record batches back to back from byte 0 to :attr:`Segment.size`; every
   batch's offsets are >= the base offset, strictly above the previous batch's, and fit in a
-  signed 32-bit delta from the base;
+  signed 32-bit delta from the base. Gaps between batches (and between the base offset and
+  the first batch) are legal in every segment, the active one included: compaction leaves them
+  in sealed segments, and a Kafka follower of a compacted topic appends its leader's compacted
+  batches to its active segment as they come (Kafka rejects only offsets that go backwards).
+  :meth:`Segment.batches` applies this one rule for reads, tail walks, index rebuilds,
+  recovery and ``embedlog verify``;
 * the ``.log`` is the only source of truth -- both indexes are caches rebuilt from it by
   :meth:`Segment.recover` whenever they are missing, suspect, or the segment was not cleanly closed;
 * index entries follow Kafka's rule: an entry is added for a batch appended after more than
@@ -95,6 +100,7 @@ class Segment:
         self._timeindex: TimeIndex | None = None
         self._index_size_seen = -1
         self._replaced = False  # log_path was found to name another file: no index by name
+        self._unusable: set[str] = set()  # index paths that are not regular files
         self._next_offset: int | None = None
         self._max_timestamp: int | None = None
         self._offset_of_max_timestamp = base_offset
@@ -103,14 +109,14 @@ class Segment:
         if writable:
             self._wfd = _io.open_file(self.log_path, os.O_WRONLY | os.O_CREAT)
         try:
-            self._rfd = os.open(self.log_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            # A regular file only: a FIFO must not block the open, a symlink is not followed.
+            self._rfd = _io.open_regular(self.log_path)
         except FileNotFoundError:
             self._rfd = None
-        except OSError as exc:  # e.g. ELOOP: a symlink planted in place of the segment
+        except BaseException:
             if self._wfd is not None:
                 _io.close(self._wfd)
-            raise StorageError(exc.errno or 0, f"cannot open segment: {exc.strerror}",
-                               self.log_path) from exc
+            raise
         else:
             # Closed by close(), or when the last reference goes (a retired segment that a
             # concurrent iterator still reads must keep its descriptor: closing it could let the
@@ -148,12 +154,11 @@ class Segment:
         segment another process is appending to, or with ``partial_tail`` (recovery, which cuts
         it). Anywhere else -- a sealed segment, the writer's recovered active segment -- bytes
         that do not form a whole batch are damage (a flipped length field is outside the CRC),
-        and so are batch offsets below the segment base or not increasing (the base offset is
-        outside the CRC too) -- in an active segment (never compacted) each batch must start
-        exactly where the previous one ended.
+        and so are batch offsets that go backwards (below the segment base or overlapping the
+        previous batch) or do not fit a 32-bit delta from the base (the base offset is outside
+        the CRC too). Forward gaps are legal (see the module docstring).
         """
         tail_ok = self.live if partial_tail is None else partial_tail
-        exact = False
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
         chunk = FIRST_CHUNK
@@ -163,8 +168,7 @@ class Segment:
             chunk = min(chunk * 4, READ_CHUNK)
             p = 0
             while (header := self._next(buf, p, position, verify, max_batch)) is not None:
-                floor = self._check_order(header, floor, position + p, exact)
-                exact = self.live or self.writable
+                floor = self._check_order(header, floor, position + p)
                 yield buf, p, header
                 p += header.size
             if p == 0:
@@ -179,8 +183,7 @@ class Segment:
                 header = self._next(buf, 0, position, verify, max_batch)
                 if header is None:
                     break
-                floor = self._check_order(header, floor, position, exact)
-                exact = self.live or self.writable
+                floor = self._check_order(header, floor, position)
                 yield buf, 0, header
                 p = header.size
             position += p
@@ -191,15 +194,20 @@ class Segment:
                 position=position,
             )
 
-    def _check_order(self, header: fmt.BatchHeader, floor: int, position: int, exact: bool
-                     ) -> int:
-        """The offsets of ``header`` start at (``exact``) or above ``floor``; returns the next
-        floor."""
-        if (header.base_offset != floor if exact else header.base_offset < floor) or (
-                header.last_offset < header.base_offset):
-            raise CorruptBatchError(
+    def _check_order(self, header: fmt.BatchHeader, floor: int, position: int) -> int:
+        """The offsets of ``header`` start at or above ``floor`` (forward gaps are legal) and
+        fit a 32-bit delta from the base offset; returns the next floor."""
+        if header.base_offset < floor or header.last_offset < header.base_offset:
+            raise _BackwardsError(
                 f"batch offsets {header.base_offset}..{header.last_offset} are out of order "
                 f"(expected >= {floor})",
+                path=self.log_path,
+                position=position,
+            )
+        if header.last_offset - self.base_offset > INT32_MAX:
+            raise CorruptBatchError(
+                f"batch offsets {header.base_offset}..{header.last_offset} do not fit a 32-bit "
+                f"delta from the segment's base offset {self.base_offset}",
                 path=self.log_path,
                 position=position,
             )
@@ -236,16 +244,24 @@ class Segment:
             if exc.errno == errno.ENOENT:
                 return None
             raise
+        except CorruptIndexError as exc:  # not a regular file: a reader scans the log instead
+            log.warning("ignoring %s", exc)
+            self._unusable.add(exc.path or "")
+            return None
         if self.is_current():
             return index
         index.close()
         self._replaced = True
         return None
 
+    def _entry_limit(self) -> int:
+        """The most index entries the log justifies: one per batch of at least 61 bytes."""
+        return self.size // fmt.HEADER_SIZE
+
     def _offset_index(self) -> OffsetIndex | None:
         if self.writable:
             return self._index
-        if self._replaced:
+        if self._replaced or self.index_path in self._unusable:
             return None
         if self.live:
             # pread copies of a file the writer may trim; reload when it grew.
@@ -258,7 +274,7 @@ class Segment:
                     self._index.close()
                 self._index = self._own_index(
                     lambda: OffsetIndex(self.index_path, self.base_offset, writable=False,
-                                        copy=True)
+                                        copy=True, entry_limit=self._entry_limit())
                 )
                 self._index_size_seen = size
             return self._index
@@ -266,7 +282,8 @@ class Segment:
             if not os.path.exists(self.index_path):
                 return None
             self._index = self._own_index(
-                lambda: OffsetIndex(self.index_path, self.base_offset, writable=False)
+                lambda: OffsetIndex(self.index_path, self.base_offset, writable=False,
+                                    entry_limit=self._entry_limit())
             )
             if self._index is None:
                 return None
@@ -279,12 +296,13 @@ class Segment:
         return self._index
 
     def _time_index(self) -> TimeIndex | None:
-        if self._timeindex is None and not self.writable and not self._replaced:
+        if (self._timeindex is None and not self.writable and not self._replaced
+                and self.timeindex_path not in self._unusable):
             if not os.path.exists(self.timeindex_path):
                 return None
             self._timeindex = self._own_index(
                 lambda: TimeIndex(self.timeindex_path, self.base_offset, writable=False,
-                                  copy=self.live)
+                                  copy=self.live, entry_limit=self._entry_limit())
             )
             if self._timeindex is not None and not self.live:
                 try:
@@ -424,12 +442,14 @@ class Segment:
             self.base_offset,
             writable=True,
             max_bytes=self.settings.segment_index_bytes,
+            entry_limit=self._entry_limit(),
         )
         self._timeindex = TimeIndex(
             self.timeindex_path,
             self.base_offset,
             writable=True,
             max_bytes=self.settings.segment_index_bytes,
+            entry_limit=self._entry_limit(),
         )
 
     def load_active_state(self) -> None:
@@ -480,13 +500,10 @@ class Segment:
                 position=result.valid_bytes,
             )
 
-    def recover(self, *, truncate: bool = True, contiguous: bool = False) -> RecoveryResult:
+    def recover(self, *, truncate: bool = True) -> RecoveryResult:
         """Validate every batch from byte 0, rebuild both indexes, and cut the log at the first
-        invalid or incomplete batch (Kafka's ``LogSegment.recover``).
-
-        ``contiguous`` (the active segment, never compacted): each batch must start exactly
-        where the previous one ended, the first at the base offset -- a damaged base offset is
-        outside the CRC, and this is the only way to see one in the last batch standing."""
+        invalid or incomplete batch (Kafka's ``LogSegment.recover``). The offsets rule is the
+        one of :meth:`batches`: forward gaps are kept, offsets that go backwards are damage."""
         assert self._index is not None and self._timeindex is not None
         self._index.reset()
         self._timeindex.reset()
@@ -494,20 +511,26 @@ class Segment:
         self._first_batch_timestamp = None
         self._bytes_since_index = 0
         valid, nxt, error = 0, self.base_offset, None
+        held: fmt.BatchHeader | None = None  # the last batch seen, kept once the next agrees
         try:
             for buf, p, header in self.batches(0, verify=_io.SAFETY.verify_crc,
                                                partial_tail=True):
-                misplaced = header.base_offset != nxt if contiguous else header.base_offset < nxt
-                if misplaced or header.last_offset - self.base_offset > INT32_MAX:
-                    error = f"batch offsets {header.base_offset}..{header.last_offset} out of order"
-                    break
                 if not header.is_control and header.records_count:
                     fmt.decode_records(buf, p, header)  # full record-level validation
-                self._index_batch(valid, header)
-                valid += header.size
-                nxt = header.next_offset
+                if held is not None:
+                    self._index_batch(valid, held)
+                    valid, nxt = valid + held.size, held.next_offset
+                held = header
+        except _BackwardsError as exc:
+            # The base offset is outside the CRC: of two batches whose offsets collide, either
+            # may be the damaged one (a forward jump in the first looks like a step back in the
+            # second), so recovery keeps neither.
+            error, held = str(exc), None
         except CorruptBatchError as exc:
             error = str(exc)
+        if held is not None:
+            self._index_batch(valid, held)
+            valid, nxt = valid + held.size, held.next_offset
         truncated = self.size - valid
         if truncated and truncate and _io.SAFETY.truncate_torn_tail:
             log.warning(
@@ -630,6 +653,11 @@ class Segment:
             self.seal()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             _io.unlink(path)
+
+
+class _BackwardsError(CorruptBatchError):
+    """A batch whose offsets go backwards: below the segment base or overlapping the batch
+    before it."""
 
 
 def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
