@@ -89,9 +89,10 @@ class WriterLock(FileLock):
 
 
 def is_locked(path: str) -> bool:
-    """Whether someone holds an ``flock`` on ``path`` (``False`` if it does not exist)."""
+    """Whether someone holds an ``flock`` on ``path`` (``False`` if it does not exist; a
+    :class:`~embedlog.errors.CorruptionError` if it is not a regular file)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = _io.open_regular(path)  # a FIFO would block, a symlink could point anywhere
     except FileNotFoundError:
         return False
     try:

@@ -122,13 +122,12 @@ class VersionedText:
 
     def read(self, path: str) -> list[Row] | None:
         """The entries of the file at ``path``; ``None`` if it does not exist."""
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(self.max_bytes + 1)
-        except FileNotFoundError:
-            return None
+        try:  # a regular file only: a FIFO would block, a symlink could point anywhere
+            raw = _io.read_regular(path, self.max_bytes + 1, error=CorruptCheckpointError)
         except OSError as exc:
             raise CorruptCheckpointError(f"cannot read {self.what}: {exc}", path=path) from exc
+        if raw is None:
+            return None
         if len(raw) > self.max_bytes:
             raise self._bad(f"larger than {self.max_bytes} bytes", path)
         try:

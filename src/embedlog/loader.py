@@ -42,6 +42,7 @@ from .naming import (
     parse_segment_file,
     segment_path,
 )
+from .segment.rules import end_offset_of, stray_empty_tail
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
@@ -98,8 +99,9 @@ def recover(
     sealed = check_sealed(directory, bases, start_offset)
     segments = [Segment(directory, b, settings, writable=False) for b in bases]
     _drop_below_start(directory, segments, start_offset)
+    _drop_stray_empty_tail(directory, segments, sealed)
     _recover_segments(directory, settings, segments, sealed, recovery_point, clean)
-    end = segments[-1].next_offset if segments else 0
+    end = end_offset_of(segments) if segments else 0
     if clean and recovery_point is not None and end != recovery_point:
         # A clean close checkpoints the end offset: a log that now ends elsewhere lost
         # flushed records (a cut at a batch boundary, which CRCs cannot see) or has a
@@ -139,6 +141,23 @@ def _drop_below_start(directory: str, segments: list[Segment], start_offset: int
         dropped = True
     if dropped:
         _io.fsync_dir(directory)
+
+
+def _drop_stray_empty_tail(directory: str, segments: list[Segment], sealed: dict[int, int]
+                           ) -> None:
+    """Delete empty segment files after the writer's active segment (they hold no byte; see
+    :func:`~embedlog.segment.rules.stray_empty_tail`); the last segment standing becomes the
+    active one again, so it leaves the manifest of sealed sizes."""
+    strays = stray_empty_tail(segments)
+    if not strays:
+        return
+    log.warning("%s: deleting %d empty segment file(s) after the data", directory, strays)
+    for seg in segments[-strays:]:
+        seg.delete()
+    del segments[-strays:]
+    _io.fsync_dir(directory)
+    if sealed.pop(segments[-1].base_offset, None) is not None:
+        write_manifest(directory, sealed)
 
 
 def _recover_segments(

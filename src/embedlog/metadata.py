@@ -16,7 +16,6 @@ raises :class:`~embedlog.errors.CorruptCheckpointError`.
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 from collections.abc import Mapping
@@ -60,13 +59,12 @@ Topics = dict[str, tuple[int, TopicConfig]]
 def read_metadata(root: str) -> Topics | None:
     """``{topic: (partition count, config)}`` from ``embedlog.json``; None without the file."""
     path = os.path.join(root, METADATA)
-    try:
-        with builtins.open(path, "rb") as f:
-            raw = f.read(_MAX_METADATA_BYTES + 1)
-    except FileNotFoundError:
-        return None
+    try:  # a regular file only: a FIFO would block, a symlink could point anywhere
+        raw = _io.read_regular(path, _MAX_METADATA_BYTES + 1, error=CorruptCheckpointError)
     except OSError as exc:
         raise CorruptCheckpointError(f"unreadable topic metadata: {exc}", path=path) from exc
+    if raw is None:
+        return None
     return parse_metadata(raw, path=path)
 
 

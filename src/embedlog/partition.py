@@ -50,6 +50,7 @@ from .manifest import write_manifest
 from .producer_state import ProducerStateTable
 from .records import Record
 from .segment import format as fmt
+from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
@@ -150,7 +151,7 @@ class Partition:
         """The log end offset: the offset the next appended record will get."""
         if not self.segments:
             return self.start_offset
-        return max(self.active.next_offset, self.start_offset)
+        return max(end_offset_of(self.segments), self.start_offset)
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

@@ -3,13 +3,18 @@
 * invalid topic names are rejected before any file-system call;
 * symlinks planted in the log folder are never written through;
 * created files and folders respect the umask and are never world-writable;
+* names read from files (member ids in a group's ``state.json``) or passed as arguments (client
+  ids, group names) never become paths unchecked; symlinked group folders are never followed, and
+  a FIFO among the group files is an error, not a hang;
 * a second writer is refused at once; a killed writer's lock is released; the lock survives
   the holder opening and closing the lock file again (the ``fcntl`` pitfall ``flock`` avoids).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -23,7 +28,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embedlog
-from embedlog import _io
+import embedlog.groups
+from embedlog import _io, _paths
 
 from .recording import RecordingFS
 from .workloads import scratch_dir
@@ -247,3 +253,132 @@ def test_second_open_in_the_same_process_is_refused() -> None:
     _, path = _fresh_log()
     with embedlog.open(path), pytest.raises(embedlog.WriterLockedError):
         embedlog.open(path)
+
+
+# ---------------------------------------------------------------------- names read from files
+
+
+def _group_log() -> tuple[str, str, str]:
+    """A log with topic ``t``, a group ``g`` and a sibling folder ``outside`` with a victim."""
+    root, path = _fresh_log()
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+        log.append("t", b"v")
+        consumer = log.consumer("t", group="g")
+        consumer.poll()
+        consumer.commit()
+        consumer.close()
+    assert os.path.isfile(os.path.join(path, "__groups", "g", "offsets"))
+    outside = os.path.join(root, "outside")
+    os.mkdir(outside)
+    with open(os.path.join(outside, "victim"), "wb") as f:
+        f.write(VICTIM)
+    return root, path, outside
+
+
+def _use_group(log: embedlog.Log, **kwargs: object) -> None:
+    consumer = log.consumer("t", group="g", **kwargs)
+    try:
+        consumer.poll()
+        consumer.commit()
+    finally:
+        consumer.close()
+
+
+def _tree(folder: str) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for d, subdirs, files in os.walk(folder):
+        for name in subdirs + files:
+            p = os.path.join(d, name)
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    out[os.path.relpath(p, folder)] = f.read()
+            else:
+                out[os.path.relpath(p, folder)] = None
+    return out
+
+
+@pytest.mark.parametrize("member", ["../../t-0/00000000000000000000.log", "../lock", "/abs",
+                                    "..", "a\x00b", "x" * 300, "名前"])
+def test_a_member_id_read_from_state_json_never_becomes_a_path(member: str) -> None:
+    _, path, _ = _group_log()
+    state = os.path.join(path, "__groups", "g", "state.json")
+    with open(state, "w", encoding="utf-8") as f:
+        json.dump({"version": 1, "generation": 3, "assignor": "range",
+                   "members": {member: ["t"]}}, f)
+    segment = os.path.join(path, "t-0", "00000000000000000000.log")
+    with open(segment, "rb") as f:
+        before = f.read()
+    # A read-only consumer evicting the "dead" member once unlinked the segment file.
+    with (embedlog.open(path, read_only=True) as log,
+          pytest.raises(embedlog.CorruptCheckpointError, match="member id")):
+        _use_group(log)
+    with open(segment, "rb") as f:
+        assert f.read() == before
+
+
+@pytest.mark.parametrize("doc", [{"members": {"m": ["../x"]}}, {"members": {"m": "t"}},
+                                 {"assignor": "../evil"}, {"generation": "7"},
+                                 {"members": []}])
+def test_a_malformed_group_state_is_a_checkpoint_error(doc: dict[str, object]) -> None:
+    _, path, _ = _group_log()
+    state = os.path.join(path, "__groups", "g", "state.json")
+    full = {"version": 1, "generation": 3, "assignor": "range", "members": {}}
+    full.update(doc)
+    with open(state, "w", encoding="utf-8") as f:
+        json.dump(full, f)
+    with pytest.raises(embedlog.CorruptCheckpointError):
+        embedlog.groups.GroupState.read(state)
+
+
+@pytest.mark.parametrize("client_id", ["/tmp/escape", "../x", "a/b", "", ".", "..", "a\x00b",
+                                       "x" * 217, "ünï", 7])
+def test_an_invalid_client_id_is_refused_before_any_file_is_created(client_id: object) -> None:
+    root, path, _ = _group_log()
+    before = _listing(root)
+    with embedlog.open(path, read_only=True) as log, pytest.raises(embedlog.InvalidConfigError):
+        _use_group(log, client_id=client_id)
+    assert _listing(root) == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=260))
+def test_any_text_is_either_a_safe_path_component_or_refused(name: str) -> None:
+    valid = (0 < len(name) <= 249 and name not in (".", "..")
+             and all(c.isascii() and (c.isalnum() or c in "._-") for c in name))
+    try:
+        _paths.component(name, "name", embedlog.InvalidConfigError)
+    except embedlog.InvalidConfigError:
+        assert not valid
+    else:
+        assert valid
+        joined = os.path.normpath(os.path.join("/root/dir", name))
+        assert os.path.dirname(joined) == "/root/dir"
+
+
+@pytest.mark.parametrize("planted", ["__groups", "__groups/g", "__groups/g/members",
+                                     "__groups/g/leases"])
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_symlinked_group_folder_is_never_followed(planted: str, read_only: bool) -> None:
+    _, path, outside = _group_log()
+    target = os.path.join(path, planted)
+    shutil.rmtree(target)
+    os.symlink(outside, target)
+    before = _tree(outside)
+    with (embedlog.open(path, read_only=read_only) as log,
+          pytest.raises(embedlog.CorruptionError, match="symbolic link")):
+        _use_group(log)
+    assert _tree(outside) == before
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("planted", ["__groups/g/state.json", "__groups/g/offsets",
+                                     "__groups/g/lock"])
+def test_a_fifo_among_the_group_files_is_an_error_not_a_hang(planted: str) -> None:
+    _, path, _ = _group_log()
+    target = os.path.join(path, planted)
+    os.unlink(target)
+    os.mkfifo(target)
+    with (embedlog.open(path, read_only=True) as log,
+          pytest.raises(embedlog.CorruptionError, match="FIFO")):
+        _use_group(log)

@@ -12,15 +12,15 @@ opens in other processes -- can join a group and commit::
       leases/<topic>-<partition> flock'ed by the member consuming that partition
 
 ``__groups`` cannot be mistaken for a ``<topic>-<partition>`` folder (it has no ``-<n>``).
-Group names follow the topic-name rule (``[a-zA-Z0-9._-]``, 1-249 characters).
+Every name that becomes a path is checked by :func:`embedlog._paths.component` first: group
+names and client ids (arguments), member ids and topics (read from ``state.json``) follow the
+topic-name rule (``[a-zA-Z0-9._-]``, 1-249 characters, not ``.`` or ``..``); the folders on the
+way must be real folders, never symbolic links.
 """
 
 from __future__ import annotations
 
-import os
-import re
-
-from .._io import ensure_dir
+from .. import _paths
 from .._platform import FileLock
 from ..errors import InvalidConfigError
 from ..naming import GROUPS_DIR
@@ -41,15 +41,11 @@ __all__ = [
     "round_robin_assign",
 ]
 
-_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}\Z")
 
-
-def group_directory(log_path: str, group: str) -> str:
-    """``<log_path>/__groups/<group>``, created if needed, after validating ``group``."""
-    if not isinstance(group, str) or not _NAME_RE.match(group) or group in (".", ".."):
-        raise InvalidConfigError(
-            f"group name {group!r} must be 1-249 characters of [a-zA-Z0-9._-], not . or .."
-        )
-    path = os.path.join(log_path, GROUPS_DIR, group)
-    ensure_dir(path)
-    return path
+def group_directory(log_path: str, group: str, *, create: bool = True) -> str:
+    """``<log_path>/__groups/<group>``, created if needed (``create``), after validating
+    ``group``; ``__groups`` and the group folder must be real folders, not symbolic links
+    (:class:`~embedlog.errors.CorruptionError`), so no group file is ever written outside the
+    log folder."""
+    _paths.component(group, "group name", InvalidConfigError)
+    return _paths.folder(log_path, GROUPS_DIR, group, create=create)

@@ -39,14 +39,22 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _io
+from .. import _io, _paths
 from .._platform import FileLock, is_locked
-from ..errors import CorruptCheckpointError, GroupError, UnknownTopicError
+from ..errors import (
+    CorruptCheckpointError,
+    GroupError,
+    InvalidConfigError,
+    UnknownTopicError,
+    UsageError,
+)
 from ..naming import (
     GROUP_LEASES_DIR,
     GROUP_LOCK_FILE,
     GROUP_MEMBERS_DIR,
     GROUP_STATE_FILE,
+    partition_dir_name,
+    validate_topic,
 )
 from ..records import TopicPartition
 from .assignors import ASSIGNORS
@@ -54,6 +62,9 @@ from .assignors import ASSIGNORS
 __all__ = ["GroupState", "Membership", "live_members"]
 
 _HEARTBEAT = struct.Struct(">q")
+_MAX_STATE_BYTES = 16 * 1024 * 1024
+_MEMBER_SUFFIX = 33  # "-" and a uuid4 in hex
+MAX_CLIENT_ID = _paths.MAX_COMPONENT - _MEMBER_SUFFIX
 
 
 def monotonic_ms() -> int:
@@ -70,19 +81,37 @@ class GroupState:
 
     @classmethod
     def read(cls, path: str) -> GroupState:
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except FileNotFoundError:
+        """The state in ``path`` (empty if missing). Member ids become file names and topics
+        lease names, so both are checked as path components; anything malformed raises
+        :class:`~embedlog.errors.CorruptCheckpointError`."""
+        raw = _io.read_regular(path, _MAX_STATE_BYTES + 1, error=CorruptCheckpointError)
+        if raw is None:
             return cls()
-        except (OSError, ValueError) as exc:
+        try:
+            if len(raw) > _MAX_STATE_BYTES:
+                raise ValueError(f"larger than {_MAX_STATE_BYTES} bytes")
+            doc = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
             raise CorruptCheckpointError(f"unreadable group state: {exc}", path=path) from exc
         try:
             if doc["version"] != 1:
                 raise ValueError(f"version {doc['version']}")
-            members = {str(m): tuple(str(t) for t in ts) for m, ts in doc["members"].items()}
-            return cls(int(doc["generation"]), doc["assignor"], members)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            assignor = doc["assignor"]
+            if assignor is not None and assignor not in ASSIGNORS:
+                raise ValueError(f"unknown assignor {assignor!r}")
+            members = {
+                _paths.component(m, "member id", CorruptCheckpointError):
+                    tuple(validate_topic(t) for t in _topic_list(ts))
+                for m, ts in doc["members"].items()
+            }
+            generation = doc["generation"]
+            if not isinstance(generation, int) or isinstance(generation, bool):
+                raise ValueError(f"generation {generation!r}")
+            return cls(generation, assignor, members)
+        except CorruptCheckpointError as exc:
+            raise CorruptCheckpointError(f"malformed group state: {exc.reason}",
+                                         path=path) from None
+        except (KeyError, TypeError, ValueError, AttributeError, UsageError) as exc:
             raise CorruptCheckpointError(f"malformed group state: {exc!r}", path=path) from exc
 
     def write(self, path: str) -> None:
@@ -99,10 +128,16 @@ class GroupState:
         return GroupState(self.generation + 1, self.assignor if members else None, members)
 
 
+def _topic_list(topics: object) -> list[object]:
+    if not isinstance(topics, list):
+        raise ValueError(f"a member's topics must be a list, not {type(topics).__name__}")
+    return topics
+
+
 def live_members(directory: str, state: GroupState) -> frozenset[str]:
     """The members of ``state`` whose process is alive: it holds its member file's lock."""
-    members = os.path.join(directory, GROUP_MEMBERS_DIR)
-    return frozenset(m for m in state.members if is_locked(os.path.join(members, m)))
+    members = _paths.join(directory, GROUP_MEMBERS_DIR)
+    return frozenset(m for m in state.members if is_locked(_paths.join(members, m)))
 
 
 class Membership:
@@ -125,6 +160,10 @@ class Membership:
             raise GroupError(
                 f"unknown assignor {assignor!r}; expected one of {', '.join(sorted(ASSIGNORS))}"
             )
+        _paths.component(client_id, "client id", InvalidConfigError)
+        if len(client_id) > MAX_CLIENT_ID:
+            raise InvalidConfigError(f"client id is {len(client_id)} characters; the limit is "
+                                     f"{MAX_CLIENT_ID} (member ids append a 33-character suffix)")
         self.directory = directory
         self.topics = tuple(sorted(set(topics)))
         self.assignor = assignor
@@ -133,16 +172,15 @@ class Membership:
         self._partition_count = partition_count
         self.lock_path = os.path.join(directory, GROUP_LOCK_FILE)
         self.state_path = os.path.join(directory, GROUP_STATE_FILE)
-        self._members_dir = os.path.join(directory, GROUP_MEMBERS_DIR)
-        self._leases_dir = os.path.join(directory, GROUP_LEASES_DIR)
+        # Real folders inside the group folder, never symbolic links (created if missing).
+        self._members_dir = _paths.folder(directory, GROUP_MEMBERS_DIR)
+        self._leases_dir = _paths.folder(directory, GROUP_LEASES_DIR)
         self.member_id: str | None = None
         self._member_lock: FileLock | None = None
         self.state = GroupState()
         self._stamp: tuple[int, int, int] | None = None
         self._assignment: frozenset[TopicPartition] | None = None
         self.leases: dict[TopicPartition, FileLock] = {}
-        for d in (self._members_dir, self._leases_dir):
-            _io.ensure_dir(d)
 
     # ------------------------------------------------------------------ join / leave
 
@@ -151,7 +189,7 @@ class Membership:
         if self.member_id is not None:
             return
         member_id = f"{self.client_id}-{uuid.uuid4().hex}"
-        mine = FileLock(os.path.join(self._members_dir, member_id))
+        mine = FileLock(_paths.join(self._members_dir, member_id))
         with FileLock(self.lock_path):
             if not mine.acquire(blocking=False):
                 raise GroupError(f"member file {mine.path} is locked by someone else")
@@ -259,14 +297,12 @@ class Membership:
         for member_id in state.members:
             if member_id == self.member_id:
                 continue
-            path = os.path.join(self._members_dir, member_id)
+            path = _paths.join(self._members_dir, member_id)
             if not is_locked(path):
                 dead.append(member_id)
                 continue
-            try:
-                with open(path, "rb") as f:
-                    beat = f.read(_HEARTBEAT.size)
-            except FileNotFoundError:
+            beat = _io.read_regular(path, _HEARTBEAT.size)
+            if beat is None:
                 dead.append(member_id)
                 continue
             if len(beat) == _HEARTBEAT.size and now - _HEARTBEAT.unpack(beat)[0] > (
@@ -282,7 +318,7 @@ class Membership:
         state = state.without(dead)
         state.write(self.state_path)
         for member_id in dead:
-            _io.unlink(os.path.join(self._members_dir, member_id))
+            _io.unlink(_paths.join(self._members_dir, member_id))
         return state
 
     # ------------------------------------------------------------------ leases
@@ -291,7 +327,8 @@ class Membership:
         """Lock ``tp``'s lease unless another member still holds it."""
         if tp in self.leases:
             return True
-        lease = FileLock(os.path.join(self._leases_dir, f"{tp.topic}-{tp.partition}"))
+        name = partition_dir_name(tp.topic, tp.partition)  # a validated topic and partition
+        lease = FileLock(_paths.join(self._leases_dir, name))
         if not lease.acquire(blocking=False):
             return False
         self.leases[tp] = lease

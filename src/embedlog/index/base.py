@@ -70,7 +70,6 @@ search column; the big-endian column is converted once, not per lookup.
 from __future__ import annotations
 
 import contextlib
-import errno
 import mmap
 import operator
 import os
@@ -82,6 +81,10 @@ import numpy.typing as npt
 
 from .. import _io
 from ..errors import CorruptIndexError, ReadOnlyError
+from ._fileops import ZERO_CHUNK as _ZERO_CHUNK
+from ._fileops import data_extents as _data_extents
+from ._fileops import first_nonzero as _first_nonzero
+from ._fileops import pread_all as _pread_all
 
 __all__ = ["DEFAULT_MAX_BYTES", "INT32_MAX", "INT64_MAX", "INT64_MIN", "EntryFile"]
 
@@ -94,70 +97,11 @@ INT64_MAX: Final = 2**63 - 1
 
 _FIRST_SCAN_CHUNK: Final = 4096  # entries examined by the first vectorised scan step
 _MIN_CAPACITY: Final = 1024  # entries of in-memory buffer a writer starts with
-_ZERO_CHUNK: Final = 1 << 20  # bytes per pread/pwrite when checking or clearing a range
 _FIRST_READ: Final = 64 * 1024  # bytes a writer reads first when opening an existing file
-_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
 Columns = dict[str, npt.NDArray[np.int64]]
 _E = TypeVar("_E", bound="EntryFile")
 ScanEnd = Literal["end", "padding", "invalid"]
-
-
-def _pread_all(fd: int, size: int) -> bytes:
-    """Read up to ``size`` bytes from offset 0; fewer if the file shrank meanwhile."""
-    parts: list[bytes] = []
-    done = 0
-    while done < size:
-        chunk = os.pread(fd, size - done, done)
-        if not chunk:
-            break
-        parts.append(chunk)
-        done += len(chunk)
-    return b"".join(parts)
-
-
-def _data_extents(fd: int, start: int, stop: int) -> list[tuple[int, int]]:
-    """The ranges of ``[start, stop)`` that may hold data, skipping holes of a sparse file
-    (``SEEK_DATA`` / ``SEEK_HOLE``); the whole range where the file system cannot tell."""
-    seek_data = getattr(os, "SEEK_DATA", None)
-    seek_hole = getattr(os, "SEEK_HOLE", None)
-    if start >= stop:
-        return []
-    if seek_data is None or seek_hole is None:
-        return [(start, stop)]
-    extents: list[tuple[int, int]] = []
-    pos = start
-    while pos < stop:
-        try:
-            lo = os.lseek(fd, pos, seek_data)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no data after pos
-                break
-            return [(start, stop)]
-        if lo >= stop:
-            break
-        try:
-            hi = min(os.lseek(fd, lo, seek_hole), stop)
-        except OSError:
-            hi = stop
-        extents.append((lo, hi))
-        pos = hi
-    return extents
-
-
-def _first_nonzero(fd: int, extents: list[tuple[int, int]]) -> int | None:
-    """Position of the first non-zero byte inside ``extents``, or None."""
-    for lo, hi in extents:
-        pos = lo
-        while pos < hi:
-            chunk = os.pread(fd, min(_ZERO_CHUNK, hi - pos), pos)
-            if not chunk:
-                return None
-            arr = np.frombuffer(chunk, dtype=np.uint8)
-            if np.any(arr):
-                return pos + int(np.argmax(arr != 0))
-            pos += len(chunk)
-    return None
 
 
 def _round_down(max_bytes: int, entry_size: int) -> int:

@@ -4,12 +4,8 @@ Invariants:
 
 * the ``.log`` holds v2 record batches back to back from byte 0 to :attr:`Segment.size`; every
   batch's offsets are >= the base offset, strictly above the previous batch's, and fit in a
-  signed 32-bit delta from the base. Gaps between batches (and between the base offset and
-  the first batch) are legal in every segment, the active one included: compaction leaves them
-  in sealed segments, and a Kafka follower of a compacted topic appends its leader's compacted
-  batches to its active segment as they come (Kafka rejects only offsets that go backwards).
-  :meth:`Segment.batches` applies this one rule for reads, tail walks, index rebuilds,
-  recovery and ``embedlog verify``;
+  signed 32-bit delta from the base; forward gaps are legal in every segment (the rules, shared
+  by reads, tail walks, recovery and ``embedlog verify``, are in :mod:`.rules`);
 * the ``.log`` is the only source of truth -- both indexes are caches rebuilt from it by
   :meth:`Segment.recover` whenever they are missing, suspect, or the segment was not cleanly closed;
 * index entries follow Kafka's rule: an entry is added for a batch appended after more than
@@ -35,6 +31,7 @@ from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
+from .rules import INT32_MAX, BackwardsError, check_order
 
 __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
 
@@ -42,7 +39,6 @@ _Index = TypeVar("_Index", OffsetIndex, TimeIndex)
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
 READ_CHUNK = 1 << 20  # largest pread while scanning batches
 FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
 
@@ -168,7 +164,7 @@ class Segment:
             chunk = min(chunk * 4, READ_CHUNK)
             p = 0
             while (header := self._next(buf, p, position, verify, max_batch)) is not None:
-                floor = self._check_order(header, floor, position + p)
+                floor = check_order(header, floor, self.base_offset, self.log_path, position + p)
                 yield buf, p, header
                 p += header.size
             if p == 0:
@@ -183,7 +179,7 @@ class Segment:
                 header = self._next(buf, 0, position, verify, max_batch)
                 if header is None:
                     break
-                floor = self._check_order(header, floor, position)
+                floor = check_order(header, floor, self.base_offset, self.log_path, position)
                 yield buf, 0, header
                 p = header.size
             position += p
@@ -193,25 +189,6 @@ class Segment:
                 path=self.log_path,
                 position=position,
             )
-
-    def _check_order(self, header: fmt.BatchHeader, floor: int, position: int) -> int:
-        """The offsets of ``header`` start at or above ``floor`` (forward gaps are legal) and
-        fit a 32-bit delta from the base offset; returns the next floor."""
-        if header.base_offset < floor or header.last_offset < header.base_offset:
-            raise _BackwardsError(
-                f"batch offsets {header.base_offset}..{header.last_offset} are out of order "
-                f"(expected >= {floor})",
-                path=self.log_path,
-                position=position,
-            )
-        if header.last_offset - self.base_offset > INT32_MAX:
-            raise CorruptBatchError(
-                f"batch offsets {header.base_offset}..{header.last_offset} do not fit a 32-bit "
-                f"delta from the segment's base offset {self.base_offset}",
-                path=self.log_path,
-                position=position,
-            )
-        return header.next_offset
 
     def _next(
         self, buf: bytes, p: int, base: int, verify: bool, max_batch: int
@@ -437,20 +414,12 @@ class Segment:
 
     def open_indexes_for_append(self) -> None:
         """Open both indexes writable (active segment), preallocated to segment.index.bytes."""
-        self._index = OffsetIndex(
-            self.index_path,
-            self.base_offset,
-            writable=True,
-            max_bytes=self.settings.segment_index_bytes,
-            entry_limit=self._entry_limit(),
-        )
-        self._timeindex = TimeIndex(
-            self.timeindex_path,
-            self.base_offset,
-            writable=True,
-            max_bytes=self.settings.segment_index_bytes,
-            entry_limit=self._entry_limit(),
-        )
+        limit = self._entry_limit()
+        self._index = OffsetIndex(self.index_path, self.base_offset, writable=True,
+                                  max_bytes=self.settings.segment_index_bytes, entry_limit=limit)
+        self._timeindex = TimeIndex(self.timeindex_path, self.base_offset, writable=True,
+                                    max_bytes=self.settings.segment_index_bytes,
+                                    entry_limit=limit)
 
     def load_active_state(self) -> None:
         """After a clean open: the end offset, the max timestamp and the roll timestamp, from the
@@ -521,7 +490,7 @@ class Segment:
                     self._index_batch(valid, held)
                     valid, nxt = valid + held.size, held.next_offset
                 held = header
-        except _BackwardsError as exc:
+        except BackwardsError as exc:
             # The base offset is outside the CRC: of two batches whose offsets collide, either
             # may be the damaged one (a forward jump in the first looks like a step back in the
             # second), so recovery keeps neither.
@@ -653,11 +622,6 @@ class Segment:
             self.seal()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             _io.unlink(path)
-
-
-class _BackwardsError(CorruptBatchError):
-    """A batch whose offsets go backwards: below the segment base or overlapping the batch
-    before it."""
 
 
 def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
