@@ -20,12 +20,14 @@ from .compaction.stats import CompactionStats
 from .config import TopicConfig
 from .consumer import Consumer, OffsetAndTimestamp
 from .errors import (
+    ArgumentOutOfRangeError,
     CorruptBatchError,
     CorruptCheckpointError,
     CorruptIndexError,
     CorruptionError,
     EmbedlogError,
     GroupError,
+    InvalidArgumentError,
     InvalidConfigError,
     InvalidTopicError,
     LogClosedError,
@@ -51,6 +53,7 @@ from .segment._native import codec_implementation
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentOutOfRangeError",
     "CompactionStats",
     "Consumer",
     "CorruptBatchError",
@@ -61,6 +64,7 @@ __all__ = [
     "EmbedlogError",
     "GroupError",
     "Header",
+    "InvalidArgumentError",
     "InvalidConfigError",
     "InvalidTopicError",
     "Log",

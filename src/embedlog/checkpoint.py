@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import _io
-from .errors import CorruptCheckpointError
+from .errors import ArgumentOutOfRangeError, CorruptCheckpointError, InvalidArgumentError
 from .records import TopicPartition
 
 __all__ = [
@@ -52,6 +52,8 @@ __all__ = [
 
 Row = tuple[str | int, ...]
 _INT_RE: Final = re.compile(r"-?[0-9]+\Z")
+_INT_LIMIT: Final = 1 << 63
+"""Integer fields are Kafka longs: ``0 <= value < 2**63``, at most 19 digits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,7 @@ class VersionedText:
         body = lines[1:]
         if self.counted:
             counted = body[0].strip() if body else ""
-            if not _INT_RE.match(counted):
+            if not _INT_RE.match(counted) or len(counted) > 19:
                 raise self._bad("missing or non-integer entry count", path)
             count, body = int(counted), body[1:]
             if count != len(body):
@@ -108,17 +110,37 @@ class VersionedText:
                 raise self._bad(f"entry {line!r} has a non-integer field {text!r}", path)
             if text.startswith("-"):
                 raise self._bad(f"entry {line!r} has a negative value", path)
+            if len(text) > 19 or int(text) >= _INT_LIMIT:
+                raise self._bad(f"entry {line!r} has a value beyond 64 bits", path)
             row.append(int(text))
         return tuple(row)
 
     def format(self, rows: Iterable[Sequence[str | int]]) -> str:
         """The file's text for ``rows`` (in the order given)."""
-        rows = list(rows)
+        rows = [self._checked(row) for row in rows]
         lines = [self.header]
         if self.counted:
             lines.append(str(len(rows)))
         lines += [" ".join(str(v) for v in row) for row in rows]
         return "\n".join(lines) + "\n"
+
+    def _checked(self, row: Sequence[str | int]) -> Sequence[str | int]:
+        """``row`` if :meth:`parse` would read it back as it is; a value it would reject is
+        refused here, so no file is ever written that its reader rejects."""
+        if len(row) != len(self.fields):
+            raise ArgumentOutOfRangeError(
+                f"refusing to write {self.what}: {row!r} does not have {len(self.fields)} fields")
+        for v, kind in zip(row, self.fields, strict=True):
+            if type(v) is not kind:
+                raise InvalidArgumentError(
+                    f"refusing to write {self.what}: {v!r} in {row!r} is not a {kind.__name__}")
+            if kind is int and not 0 <= v < _INT_LIMIT:  # type: ignore[operator]
+                raise ArgumentOutOfRangeError(
+                    f"refusing to write {self.what}: {v!r} in {row!r} is outside [0, 2**63)")
+            if kind is str and v.split() != [v]:  # type: ignore[union-attr]
+                raise ArgumentOutOfRangeError(
+                    f"refusing to write {self.what}: {v!r} is empty or has white space")
+        return row
 
     def read(self, path: str) -> list[Row] | None:
         """The entries of the file at ``path``; ``None`` if it does not exist."""

@@ -50,8 +50,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from . import _validate
 from ._client_api import ClientLog
-from .errors import GroupError, InvalidConfigError, LogClosedError, UsageError
+from .errors import GroupError, InvalidArgumentError, LogClosedError, UsageError
 from .fetcher import (
     Fetch,
     Fetcher,
@@ -70,20 +71,6 @@ _GROUP_TICK_S: Final = 0.050
 """Longest wait between two runs of the group protocol inside a blocking poll."""
 
 Callback = Callable[[list[TopicPartition]], None]
-
-
-def _check_options(auto_offset_reset: str, isolation_level: str, max_poll_records: int) -> None:
-    if auto_offset_reset not in ("earliest", "latest", "none"):
-        raise InvalidConfigError(
-            f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
-        )
-    if isolation_level not in ("read_uncommitted", "read_committed"):
-        raise InvalidConfigError(
-            "isolation_level must be read_uncommitted or read_committed, "
-            f"not {isolation_level!r}"
-        )
-    if max_poll_records < 1:
-        raise InvalidConfigError("max_poll_records must be >= 1")
 
 
 def _offset_store(group_dir: str | None) -> OffsetStore | None:
@@ -130,7 +117,9 @@ class Consumer:
         consumer_timeout_ms: float | None = None,
         client_id: str = "embedlog",
     ) -> None:
-        _check_options(auto_offset_reset, isolation_level, max_poll_records)
+        _validate.consumer_options(auto_offset_reset, isolation_level, max_poll_records,
+                                   auto_commit_interval_ms, session_timeout_ms,
+                                   heartbeat_interval_ms, consumer_timeout_ms)
         if log.closed:
             raise LogClosedError(f"the log at {log.path} is closed")
         self.log = log
@@ -229,7 +218,7 @@ class Consumer:
         """Consume exactly ``partitions`` (no group membership; committed offsets of ``group``
         are still read and written, without fencing)."""
         self._check_open()
-        tps = [TopicPartition(*tp) for tp in partitions]
+        tps = [_validate.topic_partition(tp) for tp in _validate.iterable(partitions, "partitions")]
         for tp in tps:
             self.log._partition_of(tp.topic, tp.partition)  # validates
         self.unsubscribe()
@@ -315,11 +304,13 @@ class Consumer:
     def _poll(self, timeout: float, max_records: int | None, runs: list[Run] | None
               ) -> list[Record]:
         self._check_open()
+        timeout = _validate.seconds(timeout, "timeout")
+        limit = self.max_poll_records if max_records is None else _validate.count(
+            max_records, "max_records")
         self._iteration.abandon(self._fetches)
         if self._deferred is not None:
             exc, self._deferred = self._deferred, None
             raise exc
-        limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
         eager = True
         while True:
@@ -369,7 +360,7 @@ class Consumer:
         """The offset of the next record this consumer will hand out for ``tp``."""
         self._check_open()
         self._iteration.settle(self._fetches)
-        f = self._fetch(TopicPartition(*tp))
+        f = self._fetch(_validate.topic_partition(tp))
         if f.position is None:
             self._fetcher.init_positions([f])
         assert f.position is not None
@@ -378,10 +369,10 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Continue ``tp`` at ``offset`` (checked against the log at the next fetch)."""
         self._check_open()
-        if not isinstance(offset, int) or offset < 0:
-            raise UsageError(f"offset must be a non-negative int, not {offset!r}")
+        offset = _validate.offset(offset)
+        f = self._fetch(_validate.topic_partition(tp))
         self._iteration.abandon(self._fetches)
-        self._fetch(TopicPartition(*tp)).move_to(offset)
+        f.move_to(offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Move ``partitions`` (default: all assigned) to their log start."""
@@ -395,10 +386,12 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]
                           ) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self.log.start_offset(*tp) for tp in partitions}
+        tps = [_validate.topic_partition(tp) for tp in _validate.iterable(partitions, "partitions")]
+        return {tp: self.log.start_offset(*tp) for tp in tps}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self.log.end_offset(*tp) for tp in partitions}
+        tps = [_validate.topic_partition(tp) for tp in _validate.iterable(partitions, "partitions")]
+        return {tp: self.log.end_offset(*tp) for tp in tps}
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
@@ -424,12 +417,13 @@ class Consumer:
         if offsets is None:
             self._commit_positions(list(self._fetches))
             return
+        if not isinstance(offsets, Mapping):
+            raise InvalidArgumentError(f"offsets must be a mapping, not {type(offsets).__name__}")
         clean: dict[TopicPartition, int] = {}
         for tp, value in offsets.items():
-            offset = getattr(value, "offset", value)
-            if not isinstance(offset, int) or offset < 0:
-                raise UsageError(f"committed offset must be a non-negative int, not {offset!r}")
-            clean[TopicPartition(*tp)] = offset
+            tp = _validate.topic_partition(tp)
+            clean[tp] = _validate.offset(getattr(value, "offset", value),
+                                         f"committed offset of {tp.topic}-{tp.partition}")
         self._commit(clean)
 
     def _commit_positions(self, tps: list[TopicPartition]) -> None:
@@ -458,7 +452,8 @@ class Consumer:
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp`` (``None`` if none, or without a group)."""
-        return self._store.committed(TopicPartition(*tp)) if self._store is not None else None
+        tp = _validate.topic_partition(tp)
+        return self._store.committed(tp) if self._store is not None else None
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -16,12 +16,14 @@ fsync would claim to have written.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentOutOfRangeError",
     "CorruptBatchError",
     "CorruptCheckpointError",
     "CorruptIndexError",
     "CorruptionError",
     "EmbedlogError",
     "GroupError",
+    "InvalidArgumentError",
     "InvalidConfigError",
     "InvalidTopicError",
     "LogClosedError",
@@ -50,6 +52,16 @@ class UsageError(EmbedlogError):
 
 class InvalidTopicError(UsageError, ValueError):
     """A topic name breaks Kafka's rule: ``[a-zA-Z0-9._-]{1,249}``, not ``.`` or ``..``."""
+
+
+class InvalidArgumentError(UsageError, TypeError):
+    """An argument of a public call has the wrong type (a ``str`` where bytes are expected, a
+    ``float`` or ``bool`` where an integer is expected...). The message names the argument."""
+
+
+class ArgumentOutOfRangeError(UsageError, ValueError):
+    """An argument of a public call has the right type but a value outside its range (a
+    negative count, a timestamp beyond 64 bits...). The message names the argument."""
 
 
 class InvalidConfigError(UsageError, ValueError):

@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterator, Mapping
 from itertools import repeat
 from typing import Any, Final, NamedTuple
 
+from . import _validate
 from ._client_api import ClientLog, ClientPartition
-from .errors import OffsetOutOfRangeError
+from .errors import InvalidArgumentError, OffsetOutOfRangeError
 from .records import Header, Record, TopicPartition
 from .segment import format as fmt
 from .transactions import AbortedRanges, TxnTracker, marker_type
@@ -402,9 +403,12 @@ def offsets_for_times(
     log: ClientLog, timestamps: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
     """Per partition, the earliest record whose timestamp is >= the given one (ms)."""
+    if not isinstance(timestamps, Mapping):
+        raise InvalidArgumentError(
+            f"timestamps must map TopicPartition to ms, not {type(timestamps).__name__}")
     out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
     for tp, ts in timestamps.items():
-        tp = TopicPartition(*tp)
+        tp = _validate.topic_partition(tp)
         offset = log.offsets_for_times(tp.topic, tp.partition, ts)
         found = None
         if offset is not None:

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _io, metadata
+from . import _io, _validate, metadata
 from ._batch import record_batch
 from ._client_api import Durability
 from ._platform import WriterLock
@@ -173,9 +173,8 @@ class Log:
     ) -> None:
         """Create ``name`` with ``partitions`` partitions and Kafka-named ``config``."""
         validate_topic(name)
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise InvalidConfigError(f"partitions must be a positive int, not {partitions!r}")
-        cfg = TopicConfig.from_kafka(config)
+        partitions = _validate.config_count(partitions, "partitions")
+        cfg = TopicConfig.from_kafka(_validate.config_mapping(config))
         with self._lock:
             self._check_writer()
             self._topics.create(name, partitions, cfg)
@@ -191,6 +190,7 @@ class Log:
 
     def alter_topic(self, name: str, config: Mapping[str, Any]) -> TopicConfig:
         """Change some of a topic's settings (Kafka names); returns the new config."""
+        _validate.config_mapping(config, required=True)
         with self._lock:
             self._check_writer()
             return self._topics.alter(self._topic(name), config)
@@ -211,6 +211,8 @@ class Log:
 
     def _topic(self, name: str) -> Topic:
         self._check_open()
+        if name.__class__ is not str:
+            validate_topic(name)  # raises: not a str (perhaps not even hashable)
         topic = self._topics.by_name.get(name)
         if topic is None and self.read_only:
             validate_topic(name)
@@ -224,11 +226,7 @@ class Log:
 
     def _partition_of(self, topic: str, partition: int) -> Partition:
         parts = self._topic(topic).partitions
-        if not isinstance(partition, int) or not 0 <= partition < len(parts):
-            raise UnknownTopicError(
-                f"topic {topic!r} has partitions 0..{len(parts) - 1}, not {partition!r}"
-            )
-        return parts[partition]
+        return parts[_validate.partition_of(partition, len(parts), topic)]
 
     # ------------------------------------------------------------------ appending
 
@@ -244,9 +242,10 @@ class Log:
     ) -> RecordMetadata:
         """Append one record; returns where it landed. Durable on return in ``fsync`` mode."""
         self._check_writer()
+        value, key, headers = _validate.record(value, key, headers)
         t = self._topic(topic)
         p = self._choose(t, key, partition)
-        ts = self.clock() if timestamp is None else timestamp
+        ts = self.clock() if timestamp is None else _validate.timestamp_ms(timestamp)
         header, = write_records(p, [value], [key], [headers] if headers else None, ts,
                                 codec=choose_codec(t.config, None))
         return RecordMetadata(topic, p.partition, header.base_offset, header.max_timestamp
@@ -272,16 +271,11 @@ class Log:
         """
         self._check_writer()
         t = self._topic(topic)
+        values, keys, headers = _validate.batch_args(values, keys, headers)
         n = len(values)
-        if keys is not None and len(keys) != n:
-            raise UsageError("keys and values have different lengths")
-        if headers is not None and len(headers) != n:
-            raise UsageError("headers and values have different lengths")
         if not n:
             return []
-        ts: int | Sequence[int] = self.clock() if timestamps is None else timestamps
-        if not isinstance(ts, int) and len(ts) != n:
-            raise UsageError("timestamps and values have different lengths")
+        ts = self.clock() if timestamps is None else _validate.timestamps_ms(timestamps, n)
         codec = choose_codec(t.config, compression)
         if partition is not None or keys is None or len(t.partitions) == 1:
             p = self._choose(t, None, partition) if partition is not None or keys is None else (
@@ -345,6 +339,7 @@ class Log:
         or above the log end. Offsets may have gaps (compaction, control batches).
         """
         p = self._partition_of(topic, partition)
+        offset, end_offset, max_records = _validate.read_range(offset, end_offset, max_records)
         return p.read(p.start_offset if offset is None else offset, end_offset, max_records)
 
     def read_batches(
@@ -355,6 +350,7 @@ class Log:
         restricted to ``[start_offset, end_offset)``; with ``control``, transaction markers'
         batches too (``is_control``)."""
         p = self._partition_of(topic, partition)
+        start_offset, end_offset, _ = _validate.read_range(start_offset, end_offset, None)
         found = p.batches(p.start_offset if start_offset is None else start_offset, end_offset,
                           control=control)
         return (record_batch(topic, partition, header, records) for header, records in found)
@@ -381,7 +377,8 @@ class Log:
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The earliest offset whose timestamp is >= ``timestamp_ms``, or ``None``."""
-        return self._partition_of(topic, partition).offset_for_timestamp(timestamp_ms)
+        p = self._partition_of(topic, partition)
+        return p.offset_for_timestamp(_validate.timestamp_ms(timestamp_ms, "timestamp_ms"))
 
     def segments(self, topic: str, partition: int) -> list[SegmentInfo]:
         p = self._partition_of(topic, partition)
@@ -394,12 +391,14 @@ class Log:
         """Make every record below ``before_offset`` unreadable and free whole segments below
         it (Kafka's DeleteRecords). Returns the new log start offset."""
         self._check_writer()
-        return self._partition_of(topic, partition).delete_records(before_offset)
+        p = self._partition_of(topic, partition)
+        return p.delete_records(_validate.offset(before_offset, "before_offset"))
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Apply ``retention.ms`` and ``retention.bytes`` to every partition; returns the number
         of segments deleted."""
         self._check_writer()
+        now_ms = _validate.optional(_validate.timestamp_ms, now_ms, "now_ms")
         return sum(p.enforce_retention(now_ms) for p in self._topics.partitions())
 
     # ------------------------------------------------------------------ compaction
@@ -423,6 +422,7 @@ class Log:
         keys than fit is cleaned in several passes)."""
         self._check_writer()
         t = self._topic(topic)
+        now_ms, map_bytes = _validate.compact_args(now_ms, map_bytes)
         if not t.config.compact:
             raise UsageError(
                 f"topic {topic!r} has cleanup.policy={t.config.cleanup_policy}; "
@@ -441,6 +441,7 @@ class Log:
         oldest uncompacted record is older than ``max.compaction.lag.ms``. Stopped by
         :meth:`stop_cleaner` and :meth:`close`."""
         self._check_writer()
+        interval_s, map_bytes = _validate.cleaner_args(interval_s, map_bytes)
         with self._lock:
             if self._cleaner is not None:
                 return

@@ -55,15 +55,16 @@ A producer is thread-safe and several may share a ``Log``.
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from . import _validate
 from ._client_api import Durability, ProducerLog
 from .batch_writer import OpenBatch, key_required
 from .errors import (
+    InvalidArgumentError,
     InvalidConfigError,
     LogClosedError,
     ReadOnlyError,
@@ -88,28 +89,22 @@ count), so that the estimated size of a batch never falls short of the encoded o
 _MIN_LINGER_S: Final = 0.001
 _IDLE_EXIT_S: Final = 1.0
 _new = tuple.__new__
+_INT64_LIMIT: Final = _validate.INT64_LIMIT
 
 _GATHER_ROUNDS = 50  # GIL hand-offs a group-commit leader grants senders still on their way
 
 
-def _as_bytes(data: object, what: str) -> bytes:
+def _as_bytes(data: object, what: str, serializer: object) -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
-    raise TypeError(
-        f"{what} must be bytes (or set a {what}_serializer), not {type(data).__name__}"
-    )
+    hint = f" (or set a {what}_serializer)" if serializer is None else (
+        f" ({what}_serializer returned it)")
+    raise InvalidArgumentError(f"{what} must be bytes{hint}, not {type(data).__name__}")
 
 
 def _headers_size(headers: Sequence[Header]) -> int:
-    size = 0
-    for item in headers:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise TypeError(f"a header must be a (str, bytes | None) tuple, not {item!r}")
-        k, v = item
-        if v is not None and not isinstance(v, bytes):
-            raise TypeError(f"header {k!r} value must be bytes or None, not {type(v).__name__}")
-        size += 10 + len(k.encode()) + (len(v) if v is not None else 0)
-    return size
+    """Bytes ``headers`` (checked by :func:`._validate.headers`) add to a record at most."""
+    return sum(10 + len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
 
 
 class Producer:
@@ -149,9 +144,12 @@ class Producer:
         if durability not in ("none", "fsync"):
             raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
         compression_from_name(compression)  # validate now
-        if linger_ms < 0 or batch_size < 1 or max_batch_records < 1:
-            raise InvalidConfigError("linger_ms must be >= 0, batch_size and "
-                                     "max_batch_records >= 1")
+        try:
+            _validate.seconds(linger_ms, "linger_ms")
+            batch_size = _validate.count(batch_size, "batch_size")
+            max_batch_records = _validate.count(max_batch_records, "max_batch_records")
+        except UsageError as exc:
+            raise InvalidConfigError(str(exc)) from None
         self.log = log
         self.durability: Durability = durability
         self.compression = compression
@@ -210,15 +208,20 @@ class Producer:
         if partition is None:
             partition = self._topic(topic).choose(key, size, self.batch_size,
                                                   self._partitioner)
-        slot = self._slots.get((topic, partition))
+        elif partition.__class__ is not int:
+            partition = _validate.partition(partition)
+        try:
+            slot = self._slots.get((topic, partition))
+        except TypeError:  # an unhashable topic: _slot names the problem
+            slot = None
         if slot is None:
             slot = self._slot(topic, partition)
         if size > slot.max_record:
             raise slot.too_large(size)
         if timestamp is None:
             timestamp = self._clock()
-        elif timestamp.__class__ is not int:
-            timestamp = operator.index(timestamp)
+        elif timestamp.__class__ is not int or not 0 <= timestamp < _INT64_LIMIT:
+            timestamp = _validate.timestamp_ms(timestamp)
         lock = slot.lock
         lock.acquire()
         if not slot.open:
@@ -253,22 +256,23 @@ class Producer:
             if self._value_serializer is not None:
                 value = self._value_serializer(value)
             if value.__class__ is not bytes:
-                value = _as_bytes(value, "value")
+                value = _as_bytes(value, "value", self._value_serializer)
             size += len(value)
         if key is not None:
             if self._key_serializer is not None:
                 key = self._key_serializer(key)
             if key.__class__ is not bytes:
-                key = _as_bytes(key, "key")
+                key = _as_bytes(key, "key", self._key_serializer)
             size += len(key)
         elif self._topic(topic).compact:
             raise key_required(topic, self.log.topic_config(topic))
+        headers = _validate.headers(headers)
         if headers:
             size += _headers_size(headers)
-        return value, key, headers or None, size
+        return value, key, headers, size
 
     def _topic(self, name: str) -> TopicChooser:
-        t = self._topics.get(name)
+        t = self._topics.get(name) if name.__class__ is str else None
         if t is None:
             count = self.log.partition_count(name)
             t = self._topics[name] = TopicChooser(name, count, self.log.topic_config(name).compact)

@@ -105,8 +105,8 @@ class GroupState:
                 for m, ts in doc["members"].items()
             }
             generation = doc["generation"]
-            if not isinstance(generation, int) or isinstance(generation, bool):
-                raise ValueError(f"generation {generation!r}")
+            if type(generation) is not int or not 0 <= generation < 1 << 63:
+                raise ValueError(f"generation {generation!r:.40} is not in [0, 2**63)")
             return cls(generation, assignor, members)
         except CorruptCheckpointError as exc:
             raise CorruptCheckpointError(f"malformed group state: {exc.reason}",
