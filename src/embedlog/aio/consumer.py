@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from .. import _validate
 from ..consumer import Consumer
 from ..errors import LogClosedError, UsageError
 from ..records import Record, TopicPartition
@@ -195,7 +196,9 @@ class AsyncConsumer:
         """Records by partition, waiting up to ``timeout_ms`` for some to arrive; at most
         ``max_records`` (default ``max_poll_records``), only of ``partitions`` if given."""
         self._started()
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline = time.monotonic() + _validate.seconds(timeout_ms, "timeout_ms") / 1000
+        max_records = _validate.optional(_validate.count, max_records, "max_records")
+        partitions = tuple(_validate.topic_partition(tp) for tp in partitions)
         first = True
         while True:
             async with self._lock:
@@ -319,7 +322,7 @@ class AsyncConsumer:
 
     async def position(self, tp: TopicPartition) -> int:
         """The offset of the next record the application will get from ``tp``."""
-        tp = TopicPartition(*tp)
+        tp = _validate.topic_partition(tp)
         async with self._guard():
             found = self._first_stashed().get(tp)
             return found if found is not None else await self._call(self._started().position,
@@ -345,15 +348,14 @@ class AsyncConsumer:
         await self._call(work)
 
     async def committed(self, tp: TopicPartition) -> int | None:
-        return await self._call(self._started().committed, TopicPartition(*tp))
+        return await self._call(self._started().committed, _validate.topic_partition(tp))
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Continue ``tp`` at ``offset`` (applied in order with the other calls; an error shows
         at the next ``getmany``)."""
         sync = self._started()
-        tp = TopicPartition(*tp)
-        if not isinstance(offset, int) or offset < 0:
-            raise UsageError(f"offset must be a non-negative int, not {offset!r}")
+        tp = _validate.topic_partition(tp)
+        offset = _validate.offset(offset)
         self._drop([tp])
         assert self._worker is not None
         self._worker.submit(self._deferring(sync.seek), tp, offset)

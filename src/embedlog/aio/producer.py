@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
+from .. import _validate
 from ..errors import InvalidConfigError, LogClosedError, UsageError
 from ..producer import Producer
 from ..records import Header, RecordMetadata
@@ -61,8 +62,11 @@ class AsyncProducer:
 
     def __init__(self, log: Log, *, linger_ms: float = 0, max_buffer_records: int = 100_000,
                  **options: Any) -> None:
-        if linger_ms < 0 or max_buffer_records < 1:
-            raise InvalidConfigError("linger_ms must be >= 0 and max_buffer_records >= 1")
+        try:
+            _validate.seconds(linger_ms, "linger_ms")
+            _validate.count(max_buffer_records, "max_buffer_records")
+        except UsageError as exc:
+            raise InvalidConfigError(str(exc)) from None
         durability = options.pop("durability", None) or log.durability
         if durability not in ("none", "fsync"):
             raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
