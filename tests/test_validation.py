@@ -369,6 +369,8 @@ def _calls() -> dict[str, _Call]:
         "create_topic": lambda log, a, b: log.create_topic("n", a, b),
         "enforce_retention": lambda log, a, b: log.enforce_retention(a),
         "compact": lambda log, a, b: log.compact("c", now_ms=a, map_bytes=b),
+        "read_table": lambda log, a, b: log.read_table("t", start_offset=a, end_time=b),
+        "read_table_select": lambda log, a, b: log.read_table(a, partitions=b, batch_rows=b),
         "send": producer(lambda p, a, b: p.send("t", a, b)),
         "send_ts": producer(lambda p, a, b: p.send("t", b"x", partition=a, timestamp=b)),
         "send_headers": producer(lambda p, a, b: p.send("t", b"x", headers=a)),

@@ -36,6 +36,7 @@ from typing import Any, Protocol, Union
 
 import pyarrow as pa
 
+from .. import _validate
 from ..errors import InvalidConfigError, OffsetOutOfRangeError, UsageError
 from ..records import RecordBatch, TopicPartition
 from .columns import ArrowBatcher
@@ -99,8 +100,7 @@ def read_arrow(
     if isolation_level not in ("read_uncommitted", "read_committed"):
         raise InvalidConfigError("isolation_level must be read_uncommitted or read_committed, "
                                  f"not {isolation_level!r}")
-    if not isinstance(batch_rows, int) or batch_rows < 1:
-        raise InvalidConfigError(f"batch_rows must be a positive int, not {batch_rows!r}")
+    batch_rows = _validate.config_count(batch_rows, "batch_rows")
     names, schema = project(columns, include_headers)
     ranges = plan(log, topics, partitions, start_offset, end_offset, start_time, end_time)
     committed = isolation_level == "read_committed"
@@ -161,12 +161,16 @@ def _select(log: LogReader, topics: str | Iterable[str] | None,
     if topics is None:
         names = log.topics()
     else:
-        names = sorted({topics} if isinstance(topics, str) else set(topics))
+        names = sorted({topics} if isinstance(topics, str) else {
+            _validate.topic_partition((t, 0), "topics").topic
+            for t in _validate.iterable(topics, "topics")})
         if not names:
             raise UsageError("topics is empty: name at least one topic, or None for every topic")
     wanted = None
     if partitions is not None:
-        wanted = {partitions} if isinstance(partitions, int) else set(partitions)
+        wanted = {_validate.partition(p) for p in (
+            [partitions] if not isinstance(partitions, Iterable) or isinstance(partitions, str)
+            else partitions)}
     out: list[TopicPartition] = []
     for name in names:
         count = log.partition_count(name)  # raises UnknownTopicError
@@ -184,9 +188,7 @@ def _offset_for(arg: OffsetArg, tp: TopicPartition, default: int, what: str) -> 
         return default
     # A TopicPartition equals its (topic, partition) tuple as a key.
     value = arg.get(tp, default) if isinstance(arg, Mapping) else arg
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UsageError(f"{what} must be a non-negative int, not {value!r}")
-    return value
+    return _validate.offset(value, what)
 
 
 def _millis(value: TimeArg, what: str) -> int | None:
@@ -195,7 +197,5 @@ def _millis(value: TimeArg, what: str) -> int | None:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             raise UsageError(f"{what}: give an aware datetime (e.g. tzinfo=timezone.utc)")
-        return int(value.timestamp() * 1000)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise UsageError(f"{what} must be epoch milliseconds or a datetime, not {value!r}")
-    return value
+        return max(0, int(value.timestamp() * 1000))  # before 1970: every record is later
+    return _validate.timestamp_ms(value, what)
