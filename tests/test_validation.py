@@ -376,6 +376,7 @@ def _calls() -> dict[str, _Call]:
         "send_headers": producer(lambda p, a, b: p.send("t", b"x", headers=a)),
         "partitions_for": producer(lambda p, a, b: p.partitions_for(a)),
         "producer_options": lambda log, a, b: log.producer(linger_ms=a, batch_size=b).close(),
+        "subscribe": consumer(lambda c, a, b: c.subscribe(a)),
         "assign": consumer(lambda c, a, b: c.assign([a, b])),
         "seek": consumer(lambda c, a, b: c.seek(a, b)),
         "seek_tp": consumer(lambda c, a, b: c.seek(TP, a)),

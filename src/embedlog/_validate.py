@@ -60,6 +60,7 @@ __all__ = [
     "seconds",
     "timestamp_ms",
     "timestamps_ms",
+    "topic_names",
     "topic_partition",
 ]
 
@@ -230,12 +231,19 @@ def topic_partition(value: object, name: str = "partition") -> TopicPartition:
     return TopicPartition(topic, partition(part, f"{name} partition"))
 
 
-def iterable(value: Any, name: str) -> Iterable[Any]:
+def iterable(value: Any, name: str, of: str = "TopicPartition") -> Iterable[Any]:
     """``value`` if it is an iterable other than a str or bytes."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise InvalidArgumentError(
-            f"{name} must be an iterable of TopicPartition, not {_type_name(value)}")
+        raise InvalidArgumentError(f"{name} must be an iterable of {of}, not {_type_name(value)}")
     return value  # type: ignore[no-any-return]
+
+
+def topic_names(value: object, name: str = "topics") -> list[str]:
+    """One topic name or an iterable of them: the valid names, sorted, without repeats."""
+    items = [value] if isinstance(value, str) else list(iterable(value, name, "topic names"))
+    for t in items:
+        validate_topic(t)
+    return sorted(set(items))
 
 
 def consumer_options(auto_offset_reset: object, isolation_level: object,

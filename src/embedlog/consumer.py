@@ -171,7 +171,7 @@ class Consumer:
         without a group. Replaces any earlier subscription or assignment. The partitions free
         now are assigned before this returns; later changes happen inside ``poll``."""
         self._check_open()
-        names = tuple(sorted(set([topics] if isinstance(topics, str) else topics)))
+        names = tuple(_validate.topic_names(topics))
         if not names:
             raise UsageError("subscribe needs at least one topic")
         counts = {t: self.log.partition_count(t) for t in names}

@@ -161,9 +161,7 @@ def _select(log: LogReader, topics: str | Iterable[str] | None,
     if topics is None:
         names = log.topics()
     else:
-        names = sorted({topics} if isinstance(topics, str) else {
-            _validate.topic_partition((t, 0), "topics").topic
-            for t in _validate.iterable(topics, "topics")})
+        names = _validate.topic_names(topics)
         if not names:
             raise UsageError("topics is empty: name at least one topic, or None for every topic")
     wanted = None
