@@ -116,6 +116,7 @@ def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
         producer_id=-1 if stamp is None else stamp.producer_id,
         producer_epoch=-1 if stamp is None else stamp.epoch,
         base_sequence=-1 if stamp is None else stamp.sequence,
+        is_transactional=stamp is not None and stamp.transactional,
     )
     if len(batch) > p.config.max_message_bytes and n > 1:  # compression made it grow: halve
         mid = n // 2

@@ -42,10 +42,11 @@ from .partitioner import partition_for_key
 from .records import Header, Record, RecordBatch, RecordMetadata
 from .segment import format as fmt
 from .topics import Topic, TopicTable
+from .transactions import last_stable_offset
+from .txn_coordinator import TxnCoordinator
 
 if TYPE_CHECKING:
     from .consumer import Consumer
-    from .producer import Producer
 
 __all__ = ["LOG_START", "METADATA", "RECOVERY_POINT", "Durability", "Log", "open",
            "parse_metadata"]
@@ -78,6 +79,7 @@ class Log:
         self._create = create
         self._compactor: Compactor | None = None
         self._cleaner: CleanerThread | None = None
+        self._txn: TxnCoordinator | None = None
         self._open()
 
     # ------------------------------------------------------------------ open / close
@@ -98,6 +100,8 @@ class Log:
             clean = metadata.take_clean_marker(self.path)
             self._topics.load()
             self._topics.recover(clean)
+            if TxnCoordinator.present(self.path):
+                self._transactions().recover()
         except BaseException:
             # The open's own error is what the caller must see; releasing what it left half
             # open may fail too (e.g. a segment whose index could not be opened), but the
@@ -464,12 +468,35 @@ class Log:
 
     # ------------------------------------------------------------------ clients
 
-    def producer(self, **kwargs: Any) -> Producer:
+    def producer(self, **kwargs: Any) -> Any:
         """A :class:`~embedlog.producer.Producer` writing to this log (keyword arguments as
-        documented there)."""
+        documented there); with ``transactional_id=``, a
+        :class:`~embedlog.txn_producer.TransactionalProducer`."""
+        if "transactional_id" in kwargs:
+            from .txn_producer import TransactionalProducer
+
+            self._check_writer()
+            return TransactionalProducer(self, **kwargs)
         from .producer import Producer
 
         return Producer(self, **kwargs)
+
+    def _transactions(self) -> TxnCoordinator:
+        """The transaction coordinator (created on first use; the writer's only)."""
+        self._check_writer()
+        with self._lock:
+            if self._txn is None:
+                self._txn = TxnCoordinator(self, lambda: max(
+                    (p.max_producer_id() for t in self._topics.by_name.values()
+                     for p in t.partitions), default=-1))
+            return self._txn
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The partition's last stable offset: the first offset of its oldest transaction
+        without a marker, else the end offset. ``read_committed`` readers stop here."""
+        p = self._partition_of(topic, partition)
+        with p.lock:
+            return last_stable_offset(list(p.segments), p.end_offset)
 
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         """A :class:`~embedlog.consumer.Consumer` of this log, subscribed to ``topics``

@@ -12,6 +12,7 @@ Layout of a log directory (Kafka's, so Kafka tools read it)::
       replication-offset-checkpoint      REPLICATION_CHECKPOINT (a broker's; read, not written)
       .kafka_cleanshutdown               CLEAN_SHUTDOWN_FILE: present only after a clean close
       embedlog.producer-ids              PRODUCER_IDS_FILE: next idempotent producer id
+      embedlog.transactions              TXN_STATE_FILE: the transaction coordinator's state
       .spark-staging/<job>/              SPARK_STAGING_DIR: rows of a Spark write not yet
                                          committed
       __groups/<group>/                  GROUPS_DIR: consumer groups
@@ -73,6 +74,7 @@ __all__ = [
     "TIMEINDEX_SUFFIX",
     "TMP_SUFFIX",
     "TXNINDEX_SUFFIX",
+    "TXN_STATE_FILE",
     "filename_prefix",
     "parse_partition_dir",
     "parse_segment_file",
@@ -93,6 +95,7 @@ ROOT_CHECKPOINTS: Final = (RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEA
 """Kafka's checkpoint files at the root of a log directory (the last one a broker's only)."""
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 PRODUCER_IDS_FILE: Final = "embedlog.producer-ids"
+TXN_STATE_FILE: Final = "embedlog.transactions"
 SPARK_STAGING_DIR: Final = ".spark-staging"
 GROUPS_DIR: Final = "__groups"
 

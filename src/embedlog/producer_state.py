@@ -156,11 +156,13 @@ class ProducerStateTable:
 class ProducerStamp:
     """What an idempotent producer writes into the headers of its batches to one partition:
     its id and epoch, and ``sequence``, the next batch's base sequence (advanced by
-    :meth:`advance` as batches are appended)."""
+    :meth:`advance` as batches are appended); ``transactional`` sets the batches'
+    transactional bit."""
 
     producer_id: int
     epoch: int
     sequence: int = 0
+    transactional: bool = False
 
     def advance(self, records: int) -> None:
         self.sequence = next_sequence(self.sequence, records)

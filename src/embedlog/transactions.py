@@ -44,6 +44,7 @@ __all__ = [
     "aborted_ranges",
     "control_type",
     "iter_headers",
+    "last_stable_offset",
     "marker_type",
     "segment_markers",
 ]
@@ -155,6 +156,13 @@ def aborted_ranges(segments: Sequence[Segment], end: int) -> TxnTracker:
     for header, kind in segment_markers(segments, end):
         tracker.on_batch(header, kind)
     return tracker
+
+
+def last_stable_offset(segments: Sequence[Segment], end: int) -> int:
+    """The last stable offset of ``segments`` ending at ``end``: the first offset of the
+    oldest transaction without a marker, else ``end``."""
+    lso = aborted_ranges(segments, end).last_stable_offset
+    return end if lso is None else lso
 
 
 class AbortedRanges:

@@ -1,0 +1,249 @@
+"""The transactional producer and the coordinator: markers, fencing, timeouts, group offsets,
+and crashes at every step of the two-phase commit (settled all-or-nothing on reopen)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+import embedlog
+from embedlog import TopicPartition
+from embedlog import txn_coordinator as coord
+from embedlog.errors import ProducerFencedError, UsageError
+from embedlog.segment import format as fmt
+
+PARTS = 3
+
+
+class _Crash(BaseException):
+    """Stands for the process dying (not an EmbedlogError: nothing may catch it)."""
+
+
+def _open(path: pathlib.Path, now: list[int] | None = None) -> embedlog.Log:
+    clock = (lambda: now[0]) if now is not None else None
+    return embedlog.Log(path, durability="fsync", clock=clock)
+
+
+def _committed(log: embedlog.Log, part: int) -> list[bytes]:
+    c = log.consumer(isolation_level="read_committed")
+    c.assign([TopicPartition("out", part)])
+    out: list[bytes] = []
+    while batch := c.poll():
+        out += [r.value for r in batch]
+    c.close()
+    return out
+
+
+def _markers(log: embedlog.Log, part: int) -> list[tuple[int, int, int]]:
+    """(producer id, epoch, type) of each marker of out-``part``."""
+    return [(b.producer_id, b.producer_epoch, fmt.decode_control_record(b.keys()[0])[1])
+            for b in log.read_batches("out", part, 0, control=True) if b.is_control]
+
+
+@pytest.fixture
+def log(tmp_path: pathlib.Path) -> Any:
+    lg = _open(tmp_path / "log")
+    lg.create_topic("out", partitions=PARTS)
+    yield lg
+    lg.close()
+
+
+def test_commit_writes_markers_everywhere_and_offsets(log: embedlog.Log) -> None:
+    p = log.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    for part in range(PARTS):
+        p.send("out", b"v%d" % part, partition=part)
+    p.send_offsets_to_transaction({TopicPartition("in", 0): 7}, "g")
+    p.commit_transaction()
+    for part in range(PARTS):
+        assert _committed(log, part) == [b"v%d" % part]
+        assert _markers(log, part) == [(p.producer_id, 0, fmt.CONTROL_COMMIT)]
+        assert log.last_stable_offset("out", part) == log.end_offset("out", part) == 2
+    assert log.consumer(group="g").committed(TopicPartition("in", 0)) == 7
+
+
+def test_abort_hides_records_and_keeps_offsets(log: embedlog.Log) -> None:
+    p = log.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"x", partition=0)
+    p.flush()
+    assert log.last_stable_offset("out", 0) == 0  # open: readers stop before it
+    p.send_offsets_to_transaction({TopicPartition("in", 0): 7}, "g")
+    p.abort_transaction()
+    assert _committed(log, 0) == []
+    assert _markers(log, 0) == [(p.producer_id, 0, fmt.CONTROL_ABORT)]
+    assert [r.value for r in log.read("out", 0, 0)] == [b"x"]  # read_uncommitted sees it
+    assert log.consumer(group="g").committed(TopicPartition("in", 0)) is None
+
+
+def test_init_fences_older_producer_and_aborts_its_transaction(log: embedlog.Log) -> None:
+    old = log.producer(transactional_id="t")
+    old.init_transactions()
+    old.begin_transaction()
+    old.send("out", b"old", partition=0)
+    old.flush()
+    new = log.producer(transactional_id="t")
+    new.init_transactions()
+    assert (new.producer_id, new.producer_epoch) == (old.producer_id, 1)
+    assert _markers(log, 0) == [(old.producer_id, 0, fmt.CONTROL_ABORT)]
+    with pytest.raises(ProducerFencedError):
+        old.commit_transaction()
+    with pytest.raises(ProducerFencedError):
+        old.begin_transaction()
+
+
+def test_fencing_across_reopen(tmp_path: pathlib.Path) -> None:
+    lg = _open(tmp_path / "log")
+    lg.create_topic("out", partitions=1)
+    p = lg.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"lost", partition=0)
+    p.flush()
+    lg.close()  # the process dies with its transaction open
+    lg = _open(tmp_path / "log")
+    assert _committed(lg, 0) == []
+    assert lg.last_stable_offset("out", 0) == lg.end_offset("out", 0)
+    q = lg.producer(transactional_id="t")
+    q.init_transactions()
+    assert (q.producer_id, q.producer_epoch) == (p.producer_id, 1)
+    lg.close()
+
+
+def test_timeout_aborts_and_fences(tmp_path: pathlib.Path) -> None:
+    now = [1_000_000]
+    lg = _open(tmp_path / "log", now)
+    lg.create_topic("out", partitions=1)
+    p = lg.producer(transactional_id="t", transaction_timeout_ms=1000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"slow", partition=0)
+    p.flush()
+    now[0] += 1001
+    with pytest.raises(ProducerFencedError):
+        p.commit_transaction()
+    assert _markers(lg, 0) == [(p.producer_id, 0, fmt.CONTROL_ABORT)]
+    assert lg.last_stable_offset("out", 0) == lg.end_offset("out", 0)
+    assert _committed(lg, 0) == []
+    lg.close()
+
+
+def test_usage_errors(log: embedlog.Log) -> None:
+    p = log.producer(transactional_id="t")
+    with pytest.raises(UsageError):
+        p.begin_transaction()  # before init_transactions
+    p.init_transactions()
+    with pytest.raises(UsageError):
+        p.send("out", b"x")  # outside a transaction
+    p.begin_transaction()
+    with pytest.raises(UsageError):
+        p.begin_transaction()
+    with pytest.raises(UsageError):
+        p.send("out", b"x", partition=PARTS)
+    with pytest.raises(UsageError):
+        log.producer(transactional_id="")
+
+
+def test_corrupt_state_file_is_refused(tmp_path: pathlib.Path) -> None:
+    lg = _open(tmp_path / "log")
+    lg.producer(transactional_id="t").init_transactions()
+    lg.close()
+    (tmp_path / "log" / "embedlog.transactions").write_text('{"version": 1, "transactions": 3}')
+    with pytest.raises(embedlog.errors.CorruptCheckpointError):
+        _open(tmp_path / "log")
+
+
+# ---------------------------------------------------------------------- crash points
+
+
+def _crash_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Die at the ``step``-th write of phase 1/2: state-file writes and markers counted
+    together (the prepare record, each marker, the group offsets, the complete record)."""
+    seen = [0]
+
+    def tick() -> None:
+        seen[0] += 1
+        if seen[0] == step:
+            raise _Crash
+
+    real_persist, real_marker = coord.TxnCoordinator._persist, coord.write_marker
+
+    def persist(self: coord.TxnCoordinator) -> None:
+        tick()
+        real_persist(self)
+
+    def marker(*args: Any) -> None:
+        tick()
+        real_marker(*args)
+
+    monkeypatch.setattr(coord.TxnCoordinator, "_persist", persist)
+    monkeypatch.setattr(coord, "write_marker", marker)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+@pytest.mark.parametrize("step", range(1, PARTS + 4))
+def test_crash_between_prepare_and_complete(tmp_path: pathlib.Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            step: int, commit: bool) -> None:
+    lg = _open(tmp_path / "log")
+    lg.create_topic("out", partitions=PARTS)
+    p = lg.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    for part in range(PARTS):
+        p.send("out", b"v%d" % part, partition=part)
+    p.send_offsets_to_transaction({TopicPartition("in", 0): 9}, "g")
+    p.flush()
+    for part in range(PARTS):
+        lg._partition_of("out", part).sync()
+    with monkeypatch.context() as m:
+        _crash_at(m, step)
+        try:
+            (p.commit_transaction if commit else p.abort_transaction)()
+            crashed = False
+        except _Crash:
+            crashed = True
+    lg.close()
+    lg = _open(tmp_path / "log")
+    views = [_committed(lg, part) for part in range(PARTS)]
+    offset = lg.consumer(group="g").committed(TopicPartition("in", 0))
+    if commit and (step > 1 or not crashed):  # the prepare record was written: committed
+        assert views == [[b"v%d" % part] for part in range(PARTS)]
+        assert offset == 9
+    else:
+        assert views == [[]] * PARTS
+        assert offset is None
+    for part in range(PARTS):
+        assert len(_markers(lg, part)) == 1  # none missing, none written twice
+        assert lg.last_stable_offset("out", part) == lg.end_offset("out", part)
+    lg.close()
+
+
+def test_kafka_python_parses_markers(log: embedlog.Log) -> None:
+    default_records = pytest.importorskip("kafka.record.default_records")
+    p = log.producer(transactional_id="t")
+    p.init_transactions()
+    for commit in (True, False):
+        p.begin_transaction()
+        p.send("out", b"v", partition=0)
+        p.flush()
+        (p.commit_transaction if commit else p.abort_transaction)()
+    seen = []
+    for seg in log.segments("out", 0):
+        data = pathlib.Path(seg.path).read_bytes()
+        pos = 0
+        while pos < len(data):
+            size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
+            batch = default_records.DefaultRecordBatch(data[pos:pos + size])
+            assert batch.validate_crc()
+            assert batch.is_transactional and batch.producer_id == p.producer_id
+            if batch.is_control_batch:
+                recs = list(batch)
+                assert len(recs) == 1
+                seen.append(recs[0].commit)
+            pos += size
+    assert seen == [True, False]
