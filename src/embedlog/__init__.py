@@ -49,6 +49,7 @@ from .partition import SegmentInfo
 from .producer import Producer
 from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
 from .segment._native import codec_implementation
+from .txn_producer import TransactionalProducer
 
 __version__ = "0.1.0"
 
@@ -85,6 +86,7 @@ __all__ = [
     "TopicConfig",
     "TopicExistsError",
     "TopicPartition",
+    "TransactionalProducer",
     "UnknownTopicError",
     "UnsupportedFormatError",
     "UsageError",
