@@ -247,3 +247,32 @@ def test_kafka_python_parses_markers(log: embedlog.Log) -> None:
                 seen.append(recs[0].commit)
             pos += size
     assert seen == [True, False]
+
+
+def test_cli_consume_read_committed(tmp_path: pathlib.Path) -> None:
+    from click.testing import CliRunner
+
+    from embedlog.cli import cli
+
+    lg = _open(tmp_path / "log")
+    lg.create_topic("out", partitions=1)
+    lg.append("out", b"plain", partition=0)
+    p = lg.producer(transactional_id="t")
+    p.init_transactions()
+    for value, commit in ((b"committed", True), (b"aborted", False), (b"open", None)):
+        p.begin_transaction()
+        p.send("out", value, partition=0)
+        p.flush()
+        if commit is not None:
+            (p.commit_transaction if commit else p.abort_transaction)()
+    lg.append("out", b"after", partition=0)
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(tmp_path / "log")})
+
+    def consume(*extra: str) -> list[str]:
+        result = runner.invoke(cli, ["consume", "out", "--from-beginning", *extra])
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.stdout.splitlines()
+
+    assert consume() == ["plain", "committed", "aborted", "open", "after"]
+    assert consume("--isolation-level", "read_committed") == ["plain", "committed"]
+    lg.close()

@@ -161,22 +161,30 @@ def _check_usage(partition: bool, offset: bool, from_time: bool, group: str | No
 @click.option("--print-timestamp", is_flag=True, help="Text: show the timestamp.")
 @click.option("--key-separator", default="\t", show_default="tab",
               help="Text: separator between the fields of a line.")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
+              default="read_uncommitted", show_default=True,
+              help="read_committed: only committed transactions, up to the last stable offset.")
 @dir_option
 def consume(topic: str, partition: int | None, from_beginning: bool, offset: str | None,
             from_time: int | None, group: str | None, max_messages: int | None, follow: bool,
             timeout_ms: int | None, fmt: str, print_key: bool, print_headers: bool,
             print_offset: bool, print_partition: bool, print_timestamp: bool,
-            key_separator: str, output: str | None, log_dir: str) -> None:
+            key_separator: str, output: str | None, isolation_level: str,
+            log_dir: str) -> None:
     """Print the records of TOPIC, one per line, or export them to a file."""
     _check_usage(partition is not None, offset is not None, from_time is not None, group,
                  follow, timeout_ms, fmt, output)
+    committed = isolation_level == "read_committed"
+    if committed and fmt in COLUMNAR:
+        raise click.UsageError("--isolation-level read_committed is for the text formats")
     text = TextFormat(fmt == "hex", print_key, print_headers, print_offset, print_partition,
                       print_timestamp, key_separator.encode())
     tail = follow and not from_beginning
     count = 0
     with open_log(log_dir) as log:
         parts = select_partitions(log, topic, [] if partition is None else [partition])
-        ends = {TopicPartition(topic, p): log.end_offset(topic, p) for p in parts}
+        end_of = log.last_stable_offset if committed else log.end_offset
+        ends = {TopicPartition(topic, p): end_of(topic, p) for p in parts}
         if fmt in COLUMNAR:
             assert output is not None
             ranges = {tp: (_start(log, tp, offset, from_time, False), end)
@@ -186,7 +194,8 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
             return
         consumer = log.consumer(group=group, max_poll_records=FETCH,
                                 auto_offset_reset="latest" if tail else "earliest",
-                                enable_auto_commit=group is not None)
+                                enable_auto_commit=group is not None,
+                                isolation_level=isolation_level)
         total = 0
         with consumer, record_sink(fmt, text.line, output) as emit:
             if group:
