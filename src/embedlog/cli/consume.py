@@ -172,15 +172,14 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
             key_separator: str, output: str | None, isolation_level: str,
             log_dir: str) -> None:
     """Print the records of TOPIC, one per line, or export them to a file."""
-    _check_usage(partition is not None, offset is not None, from_time is not None, group,
-                 follow, timeout_ms, fmt, output)
     committed = isolation_level == "read_committed"
     if committed and fmt in COLUMNAR:
         raise click.UsageError("--isolation-level read_committed is for the text formats")
+    _check_usage(partition is not None, offset is not None, from_time is not None, group,
+                 follow, timeout_ms, fmt, output)
     text = TextFormat(fmt == "hex", print_key, print_headers, print_offset, print_partition,
                       print_timestamp, key_separator.encode())
-    tail = follow and not from_beginning
-    count = 0
+    tail, count = follow and not from_beginning, 0
     with open_log(log_dir) as log:
         parts = select_partitions(log, topic, [] if partition is None else [partition])
         end_of = log.last_stable_offset if committed else log.end_offset
