@@ -15,3 +15,21 @@ def small_segments(**extra: object) -> dict[str, object]:
     cfg: dict[str, object] = {"segment.bytes": 4096, "index.interval.bytes": 256}
     cfg.update(extra)
     return cfg
+
+
+def writer_open(path: object, **kw: object) -> None:
+    """Open the log at ``path`` for writing and close it again. A partition the open found
+    damaged is quarantined: after checking that appends to it are refused, its damage is raised
+    (as a writer open raised it before partitions were quarantined one by one)."""
+    import embedlog
+
+    with embedlog.open(path, **kw) as log:  # type: ignore[arg-type, call-overload]
+        damaged = log.quarantined()
+        for tp in damaged:
+            try:
+                log.append(tp.topic, b"x", key=b"x", partition=tp.partition)
+            except embedlog.PartitionQuarantinedError:
+                continue
+            raise AssertionError(f"{tp} is quarantined but took an append")
+    if damaged:
+        raise next(iter(damaged.values()))

@@ -187,8 +187,13 @@ def test_reopen_refuses_a_truncated_sealed_segment(tmp_path: pathlib.Path) -> No
     p.close()
     first = folder / f"{0:020d}.log"
     os.truncate(first, first.stat().st_size - 1)
-    with pytest.raises(embedlog.CorruptionError, match="sealed segment"):
-        _open(folder, clean=False, recovery_point=0)
+    p = _open(folder, clean=False, recovery_point=0)
+    assert p.damage is not None and "sealed segment" in str(p.damage)
+    with pytest.raises(embedlog.PartitionQuarantinedError, match="sealed segment"):
+        p.append_encoded(_batch(b"d"))
+    with pytest.raises(embedlog.CorruptionError):  # the damage is in the first batch
+        list(p.read(0))
+    p.close()
 
 
 def test_a_read_only_view_follows_the_writer(tmp_path: pathlib.Path) -> None:

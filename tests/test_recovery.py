@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import embedlog
-from helpers import small_segments
+from helpers import small_segments, writer_open
 
 
 def build(log_dir: pathlib.Path, n: int = 300, **cfg: object) -> list[bytes]:
@@ -103,7 +103,7 @@ def test_sealed_segment_damage_is_an_error_not_a_truncation(log_dir: pathlib.Pat
     first_len = 12 + int.from_bytes(data[8:12], "big")
     sealed.write_bytes(data[:first_len])
     with pytest.raises(embedlog.CorruptionError):
-        embedlog.open(log_dir)
+        writer_open(log_dir)
     sealed.write_bytes(data)
     assert read_all(log_dir) == vals
 
@@ -173,5 +173,5 @@ def test_damage_in_sealed_segment_is_never_truncated_by_recovery(log_dir: pathli
     data[len(data) // 2] ^= 0x01
     sealed.write_bytes(bytes(data))
     with pytest.raises(embedlog.CorruptionError):
-        embedlog.open(log_dir)
+        writer_open(log_dir)
     assert sealed.read_bytes() == bytes(data)

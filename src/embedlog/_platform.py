@@ -31,6 +31,9 @@ class FileLock:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd: int | None = None
+        self.owner_pid = 0
+        """The process that took the lock: only it ever unlocks (a forked child shares the open
+        file description, and ``LOCK_UN`` from the child would release the parent's lock)."""
 
     def acquire(self, *, blocking: bool = True) -> bool:
         """Take the lock; ``False`` if ``blocking`` is off and someone else holds it."""
@@ -46,13 +49,17 @@ class FileLock:
             os.close(fd)
             raise
         self.fd = fd
+        self.owner_pid = os.getpid()
         return True
 
     def release(self) -> None:
+        """Unlock and close. In a process that inherited the holder through ``fork()`` only the
+        descriptor is closed: the lock stays with the process that took it."""
         if self.fd is not None:
             fd, self.fd = self.fd, None
             try:
-                fcntl.flock(fd, fcntl.LOCK_UN)  # also for copies of the description (fork)
+                if self.owner_pid == os.getpid():
+                    fcntl.flock(fd, fcntl.LOCK_UN)  # also for copies of the description
             finally:
                 os.close(fd)
 

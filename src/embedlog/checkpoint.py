@@ -23,9 +23,10 @@ Formats defined here (file names in :mod:`embedlog.naming`):
 * :data:`PRODUCER_IDS` -- ``embedlog.producer-ids``: ``embedlog-producer-ids 1``, then the next
   free producer id.
 
-Integer fields are plain ASCII digits and never negative. Files are replaced whole through
-:func:`embedlog._io.write_atomic`, so a crash leaves the old or the new file. Parsing is pure; a
-malformed or unreadable file raises :class:`~embedlog.errors.CorruptCheckpointError` naming it.
+Integer fields are plain ASCII digits, never negative and below ``2**63``. Files are replaced
+whole through :func:`embedlog._io.write_atomic`, so a crash leaves the old or the new file.
+Parsing is pure; a malformed or unreadable file raises
+:class:`~embedlog.errors.CorruptCheckpointError` naming it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ Row = tuple[str | int, ...]
 _INT_RE: Final = re.compile(r"-?[0-9]+\Z")
 _INT_LIMIT: Final = 1 << 63
 """Integer fields are Kafka longs: ``0 <= value < 2**63``, at most 19 digits."""
+_MAX_LINE_BYTES: Final = 320
+"""The longest sane entry line: a 249-character topic and two 20-digit numbers, with room."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +79,10 @@ class VersionedText:
     empty_ok: bool = False
     max_bytes: int = 64 * 1024 * 1024
 
-    def parse(self, text: str, *, path: str | None = None) -> list[Row]:
-        """The entries of ``text``, each a tuple of the format's field types."""
+    def parse(self, text: str, *, path: str | None = None, max_entries: int | None = None
+              ) -> list[Row]:
+        """The entries of ``text``, each a tuple of the format's field types; more than
+        ``max_entries`` entries (when given) make the file malformed."""
         if self.empty_ok and not text.strip():
             return []
         lines = [line.rstrip("\r") for line in text.split("\n")]
@@ -93,6 +98,9 @@ class VersionedText:
             if not _INT_RE.match(counted) or len(counted) > 19:
                 raise self._bad("missing or non-integer entry count", path)
             count, body = int(counted), body[1:]
+            if max_entries is not None and count > max_entries:
+                raise self._bad(f"header says {count} entries, more than the {max_entries} "
+                                "this log can have", path)
             if count != len(body):
                 raise self._bad(f"header says {count} entries, file has {len(body)}", path)
         return [self._row(line, path) for line in body]
@@ -142,21 +150,26 @@ class VersionedText:
                     f"refusing to write {self.what}: {v!r} is empty or has white space")
         return row
 
-    def read(self, path: str) -> list[Row] | None:
-        """The entries of the file at ``path``; ``None`` if it does not exist."""
+    def read(self, path: str, *, max_entries: int | None = None) -> list[Row] | None:
+        """The entries of the file at ``path``; ``None`` if it does not exist. With
+        ``max_entries`` a file longer than that many entries can be is refused having read no
+        more than that, and one with more entries before they are parsed."""
+        limit = self.max_bytes
+        if max_entries is not None:
+            limit = min(limit, 64 + max_entries * _MAX_LINE_BYTES)
         try:  # a regular file only: a FIFO would block, a symlink could point anywhere
-            raw = _io.read_regular(path, self.max_bytes + 1, error=CorruptCheckpointError)
+            raw = _io.read_regular(path, limit + 1, error=CorruptCheckpointError)
         except OSError as exc:
             raise CorruptCheckpointError(f"cannot read {self.what}: {exc}", path=path) from exc
         if raw is None:
             return None
-        if len(raw) > self.max_bytes:
-            raise self._bad(f"larger than {self.max_bytes} bytes", path)
+        if len(raw) > limit:
+            raise self._bad(f"larger than the {limit} bytes this log can justify", path)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise self._bad("not UTF-8", path) from None
-        return self.parse(text, path=path)
+        return self.parse(text, path=path, max_entries=max_entries)
 
     def write(self, path: str, rows: Iterable[Sequence[str | int]]) -> None:
         """Replace the file at ``path`` atomically (tmp, fsync, rename, directory fsync)."""
@@ -187,9 +200,10 @@ def format_offsets(offsets: Mapping[TopicPartition, int]) -> str:
     return OFFSETS.format((tp.topic, tp.partition, o) for tp, o in sorted(offsets.items()))
 
 
-def read_offsets(path: str) -> dict[TopicPartition, int]:
-    """Entries of a checkpoint file; a missing file has none."""
-    rows = OFFSETS.read(path)
+def read_offsets(path: str, *, max_entries: int | None = None) -> dict[TopicPartition, int]:
+    """Entries of a checkpoint file; a missing file has none (``max_entries``: as
+    :meth:`VersionedText.read`)."""
+    rows = OFFSETS.read(path, max_entries=max_entries)
     return {} if rows is None else _offsets(rows)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "CorruptionError",
     "EmbedlogError",
     "GroupError",
+    "InheritedLogError",
     "InvalidArgumentError",
     "InvalidConfigError",
     "InvalidTopicError",
@@ -30,6 +31,7 @@ __all__ = [
     "LogPoisonedError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "PartitionQuarantinedError",
     "ProducerFencedError",
     "ReadOnlyError",
     "RecordTooLargeError",
@@ -85,6 +87,12 @@ class OffsetOutOfRangeError(UsageError, IndexError):
 
 class LogClosedError(UsageError):
     """The :class:`~embedlog.Log` (or a producer/consumer on it) was closed."""
+
+
+class InheritedLogError(LogClosedError):
+    """The :class:`~embedlog.Log` was opened by another process and inherited through
+    ``fork()``: a log is not usable across ``fork()`` (open it again in the child). Closing it in
+    the child releases nothing the parent holds."""
 
 
 class ReadOnlyError(UsageError):
@@ -155,4 +163,19 @@ class CorruptIndexError(CorruptionError):
 
 
 class CorruptCheckpointError(CorruptionError):
-    """A checkpoint or metadata file cannot be parsed."""
+    """A checkpoint or metadata file cannot be parsed, or contradicts the segments."""
+
+
+class PartitionQuarantinedError(CorruptionError):
+    """An append to a partition that was opened *quarantined*: opening it found damage that
+    recovery must not hide (a damaged or missing sealed segment, a checkpoint contradicting the
+    segments). Its records before the damage stay readable and the log's other partitions work
+    normally; ``embedlog recover --truncate-damaged`` salvages it.
+
+    Attributes:
+        damage: the :class:`CorruptionError` found when the partition was opened.
+    """
+
+    def __init__(self, message: str, damage: CorruptionError) -> None:
+        super().__init__(message, path=damage.path, position=damage.position)
+        self.damage = damage

@@ -23,14 +23,20 @@ This module imports no partition or compaction code; both build on it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final, Protocol
 
 from . import _io
-from .errors import CorruptionError, StorageError
+from .errors import (
+    CorruptCheckpointError,
+    CorruptionError,
+    PartitionQuarantinedError,
+    StorageError,
+)
 from .manifest import check_sealed, manifest_stamp, read_manifest, write_manifest
 from .naming import (
     CLEANED_SUFFIX,
@@ -50,8 +56,11 @@ __all__ = [
     "adopt",
     "complete_swaps",
     "open_view",
+    "quarantine",
+    "quarantine_error",
     "reader_view",
     "recover",
+    "recover_or_quarantine",
     "rename_kind",
     "roll_forward",
     "segment_bases",
@@ -91,17 +100,46 @@ def recover(
     recovery_point: int | None,
     start_offset: int,
     clean: bool,
+    start_from: tuple[str, int] | None = None,
 ) -> list[Segment]:
     """The writer's open: the passes of the module notes. Returns the segments, every one but
-    the last sealed, the last open for appending (none for an empty folder)."""
+    the last sealed, the last open for appending (none for an empty folder).
+
+    Damage raises :class:`~embedlog.errors.CorruptionError` (the caller quarantines the
+    partition, :func:`quarantine`), with every segment closed again. Checkpoints are checked
+    against the segments (``start_from``: the log start's checkpoint file and line, for the
+    message): a log start beyond the log end is damage (Kafka deletes every segment instead,
+    trusting its replicas); a recovery point beyond the end after an unclean shutdown is
+    clamped with a warning, as Kafka does (it only decides where validation starts)."""
     names = _clean_leftovers(directory, check_folder(directory))
     bases = segment_bases(names)
     sealed = check_sealed(directory, bases, start_offset)
     segments = [Segment(directory, b, settings, writable=False) for b in bases]
-    _drop_below_start(directory, segments, start_offset)
-    _drop_stray_empty_tail(directory, segments, sealed)
-    _recover_segments(directory, settings, segments, sealed, recovery_point, clean)
-    end = end_offset_of(segments) if segments else 0
+    try:
+        _drop_below_start(directory, segments, start_offset)
+        _drop_stray_empty_tail(directory, segments, sealed)
+        _recover_segments(directory, settings, segments, sealed, recovery_point, clean)
+        _check_end(directory, segments, recovery_point, clean, start_offset, start_from)
+    except BaseException:
+        for seg in segments:
+            with contextlib.suppress(Exception):
+                seg.close()
+        raise
+    return segments
+
+
+def _check_end(
+    directory: str,
+    segments: list[Segment],
+    recovery_point: int | None,
+    clean: bool,
+    start_offset: int,
+    start_from: tuple[str, int] | None,
+) -> None:
+    """Cross-check the recovered log end with the checkpoints (see :func:`recover`)."""
+    if not segments:
+        return
+    end = end_offset_of(segments)
     if clean and recovery_point is not None and end != recovery_point:
         # A clean close checkpoints the end offset: a log that now ends elsewhere lost
         # flushed records (a cut at a batch boundary, which CRCs cannot see) or has a
@@ -111,7 +149,63 @@ def recover(
             f"{recovery_point}: flushed records are missing or damaged",
             path=directory,
         )
-    return segments
+    if start_offset > end:
+        # The log start is checkpointed only up to records already on disk
+        # (delete_records flushes first), so a start past the end means lost records or a
+        # damaged checkpoint; accepting it would hide the segments' records and put the next
+        # append past them.
+        path, line = start_from or (directory, 0)
+        raise CorruptCheckpointError(
+            f"log start offset {start_offset} of {os.path.basename(directory)}"
+            f"{f' (line {line})' if line else ''} is beyond its log end offset {end}",
+            path=path,
+        )
+    if recovery_point is not None and recovery_point > end:
+        log.warning("%s: recovery point %d is beyond the log end offset %d; using %d",
+                    directory, recovery_point, end, end)
+
+
+def recover_or_quarantine(directory: str, settings: SegmentSettings, **kw: Any
+                          ) -> tuple[list[Segment], CorruptionError | None]:
+    """:func:`recover` (keywords as there), or on damage the :func:`quarantine` view and the
+    damage."""
+    try:
+        return recover(directory, settings, **kw), None
+    except CorruptionError as exc:
+        return quarantine(directory, settings, exc), exc
+
+
+def quarantine(directory: str, settings: SegmentSettings, damage: CorruptionError
+               ) -> list[Segment]:
+    """The read-only segments of a partition whose writer open found ``damage``: every
+    segment up to the damaged one (included when it exists: its records before the damage stay
+    readable; a read reaching the damage raises), none after it. Nothing is modified."""
+    bases = segment_bases(check_folder(directory))
+    parsed = parse_segment_file(os.path.basename(damage.path or ""))
+    if parsed is not None and os.path.dirname(damage.path or "") == directory:
+        present = os.path.exists(damage.path or "")
+        bases = [b for b in bases if b < parsed[0] or (present and b == parsed[0])]
+    log.error("%s is quarantined (appends refused, reads up to the damage): %s",
+              directory, damage)
+    return [Segment(directory, b, settings, writable=False) for b in bases]
+
+
+class _Named(Protocol):
+    topic: str
+    partition: int
+    directory: str
+
+
+def quarantine_error(part: _Named, damage: CorruptionError) -> PartitionQuarantinedError:
+    """The error an append to a quarantined partition raises."""
+    topic, partition, root = part.topic, part.partition, os.path.dirname(part.directory)
+    return PartitionQuarantinedError(
+        f"partition {topic}-{partition} is quarantined: {damage.reason}. Its records before "
+        f"the damage can be read; appends are refused until it is salvaged with "
+        f"`embedlog recover --truncate-damaged {root}` (which moves the damaged bytes aside "
+        "and reports what was lost)",
+        damage,
+    )
 
 
 def _clean_leftovers(directory: str, names: list[str]) -> list[str]:

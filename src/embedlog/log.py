@@ -8,7 +8,8 @@ segments as they appear, and also opens a plain Kafka log directory (topics disc
 ``<topic>-<partition>`` folder names).
 
 A ``Log`` is safe to share between threads: appends to one partition are serialised by that
-partition's lock; reads run concurrently.
+partition's lock; reads run concurrently. It is not usable across ``fork()``
+(:mod:`embedlog._fork`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _io, _validate, metadata
+from . import _fork, _io, _validate, metadata
 from ._batch import record_batch
 from ._client_api import Durability
 from ._platform import WriterLock
@@ -29,6 +30,7 @@ from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
 from .config import TopicConfig
 from .errors import (
+    CorruptionError,
     InvalidConfigError,
     LogClosedError,
     ReadOnlyError,
@@ -39,7 +41,7 @@ from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
 from .naming import validate_topic
 from .partition import Partition, SegmentInfo, now_ms
 from .partitioner import partition_for_key
-from .records import Header, Record, RecordBatch, RecordMetadata
+from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
 from .segment import format as fmt
 from .topics import Topic, TopicTable
 from .transactions import last_stable_offset
@@ -52,7 +54,7 @@ __all__ = ["LOG_START", "METADATA", "RECOVERY_POINT", "Durability", "Log", "open
            "parse_metadata"]
 
 
-class Log:
+class Log(_fork.ForkGuard):
     """An open log directory. Use :func:`embedlog.open` to get one."""
 
     def __init__(
@@ -81,6 +83,7 @@ class Log:
         self._cleaner: CleanerThread | None = None
         self._txn: TxnCoordinator | None = None
         self._open()
+        self._track_forks()
 
     # ------------------------------------------------------------------ open / close
 
@@ -123,7 +126,12 @@ class Log:
 
     def close(self) -> None:
         """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the
-        lock. Idempotent."""
+        lock. Idempotent. In a ``fork()`` child it only drops the child's descriptors."""
+        if self._inherited:  # the child's copy of the lock's descriptor goes, nothing else
+            self._closed = True
+            if self._writer_lock is not None:
+                self._writer_lock.release()  # unlocks only in the process that locked
+            return
         self.stop_cleaner()
         if self._compactor is not None:  # a compaction running in another thread stops first
             self._compactor.stop(self._topics.partitions())
@@ -133,16 +141,22 @@ class Log:
             self._closed = True
             try:
                 if not self.read_only and not self._poisoned():
-                    for p in self._topics.partitions():
+                    for p in self._topics.healthy():
                         p.flush()
                     self._topics.checkpoint_recovery_points(final=True)
                     self._close_partitions()
-                    metadata.write_clean_marker(self.path)
+                    if not self._topics.kept:  # damage is re-checked by the next open
+                        metadata.write_clean_marker(self.path)
                 else:
                     self._close_partitions()
             finally:
                 if self._writer_lock is not None:
                     self._writer_lock.release()
+
+    def _on_fork_child(self) -> None:
+        super()._on_fork_child()
+        for p in self._topics.partitions():  # a producer's open batches must not land either
+            p.refusal = self._inherited_error
 
     def _poisoned(self) -> bool:
         return any(p.poisoned is not None for p in self._topics.partitions())
@@ -159,9 +173,18 @@ class Log:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (raises in a ``fork()`` child, as every call)."""
+        self._check_not_inherited()
         return self._closed
 
+    def quarantined(self) -> dict[TopicPartition, CorruptionError]:
+        """Partitions opened *quarantined* and the damage found (docs/guarantees.md): records
+        before it are readable, appends raise :class:`~embedlog.PartitionQuarantinedError`."""
+        self._check_open()
+        return self._topics.quarantined()
+
     def _check_open(self) -> None:
+        self._check_not_inherited()
         if self._closed:
             raise LogClosedError(f"the log at {self.path} is closed")
 
@@ -318,7 +341,7 @@ class Log:
     def flush(self) -> None:
         """fsync every partition's unflushed appends."""
         self._check_writer()
-        for p in self._topics.partitions():
+        for p in self._topics.healthy():
             p.flush()
 
     def roll(self, topic: str, partition: int) -> None:
@@ -403,7 +426,7 @@ class Log:
         of segments deleted."""
         self._check_writer()
         now_ms = _validate.optional(_validate.timestamp_ms, now_ms, "now_ms")
-        return sum(p.enforce_retention(now_ms) for p in self._topics.partitions())
+        return sum(p.enforce_retention(now_ms) for p in self._topics.healthy())
 
     # ------------------------------------------------------------------ compaction
 
@@ -435,6 +458,8 @@ class Log:
         compactor = self._compaction()
         total = CompactionStats()
         for p in t.partitions:
+            if p.damage is not None:
+                continue  # quarantined: never rewritten before it is salvaged
             with p.poison_on_error():
                 total += compactor.clean(p, now=now_ms, map_bytes=map_bytes)
         return total
@@ -454,7 +479,7 @@ class Log:
                 compactor.map_bytes = map_bytes
 
             def partitions() -> list[Partition]:
-                return [p for p in self._topics.partitions() if p.config.compact]
+                return [p for p in self._topics.healthy() if p.config.compact]
 
             self._cleaner = CleanerThread(compactor, partitions, interval_s)
             self._cleaner.start()
@@ -472,6 +497,7 @@ class Log:
         """A :class:`~embedlog.producer.Producer` writing to this log (keyword arguments as
         documented there); with ``transactional_id=``, a
         :class:`~embedlog.txn_producer.TransactionalProducer`."""
+        self._check_open()
         if "transactional_id" in kwargs:
             from .txn_producer import TransactionalProducer
 
@@ -501,6 +527,7 @@ class Log:
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         """A :class:`~embedlog.consumer.Consumer` of this log, subscribed to ``topics``
         (keyword arguments as documented there)."""
+        self._check_open()
         from .consumer import Consumer
 
         return Consumer(self, *topics, **kwargs)

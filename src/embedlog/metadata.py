@@ -42,7 +42,9 @@ __all__ = [
     "StartOffsetWatch",
     "discover_topics",
     "parse_metadata",
+    "partition_folder_count",
     "read_metadata",
+    "read_root_checkpoint",
     "take_clean_marker",
     "write_clean_marker",
     "write_metadata",
@@ -76,6 +78,23 @@ def discover_topics(root: str) -> Topics:
         if parsed and entry.is_dir(follow_symlinks=False):
             found[parsed[0]] = max(found.get(parsed[0], 0), parsed[1] + 1)
     return {name: (n, TopicConfig()) for name, n in sorted(found.items())}
+
+
+def partition_folder_count(root: str) -> int:
+    """How many ``<topic>-<partition>`` entries ``root`` holds (folders, or whatever else
+    wears such a name: the open judges those later): the most entries a root checkpoint can
+    justify, as entries leave the checkpoints before their folders go."""
+    return sum(1 for name in os.listdir(root) if parse_partition_dir(name))
+
+
+def read_root_checkpoint(root: str, name: str, max_entries: int
+                         ) -> dict[TopicPartition, tuple[int, int]]:
+    """``{partition: (offset, line number)}`` of the root checkpoint ``name`` (none if it does
+    not exist), refusing -- :class:`~embedlog.errors.CorruptCheckpointError` -- a file with
+    more than ``max_entries`` entries before parsing them, or larger than they can be."""
+    rows = checkpoint.OFFSETS.read(os.path.join(root, name), max_entries=max_entries)
+    return {TopicPartition(str(topic), int(part)): (int(offset), line)
+            for line, (topic, part, offset) in enumerate(rows or (), start=3)}
 
 
 def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]]) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -40,6 +41,8 @@ from typing import Protocol
 from . import _io, loader, reader
 from .config import TopicConfig
 from .errors import (
+    CorruptionError,
+    EmbedlogError,
     LogPoisonedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -117,6 +120,9 @@ class Partition:
         self.lock = threading.RLock()
         self._commit = GroupCommit(self._flush_active)
         self.poisoned: BaseException | None = None
+        self.refusal: Callable[[], EmbedlogError] | None = None  # makes the error of every
+        # write when writes are refused for good: quarantined (damage found at open) or forked
+        self.damage: CorruptionError | None = None
         self.appended = threading.Condition(self.lock)
         self._reserved: TailBatch | None = None
         self.producer_state: ProducerStateTable | None = None
@@ -124,18 +130,22 @@ class Partition:
 
     # ------------------------------------------------------------------ loading
 
-    def load(self, *, recovery_point: int | None, start_offset: int, clean: bool) -> None:
+    def load(self, *, recovery_point: int | None, start_offset: int, clean: bool,
+             start_from: tuple[str, int] | None = None) -> None:
         """Open the segments (:mod:`embedlog.loader`): as the writer, finish interrupted swaps,
         validate everything after the recovery point when the last close was not clean, and
         cut a torn tail; read-only, open what is there."""
         if self.writable:
-            segs = loader.recover(self.directory, self.settings, recovery_point=recovery_point,
-                                  start_offset=start_offset, clean=clean)
+            segs, self.damage = loader.recover_or_quarantine(
+                self.directory, self.settings, recovery_point=recovery_point,
+                start_offset=start_offset, clean=clean, start_from=start_from)
+            if self.damage is not None:
+                self.refusal = functools.partial(loader.quarantine_error, self, self.damage)
         else:
             segs, self._manifest_seen = loader.open_view(self.directory, self.settings)
         self.segments, self._bases = segs, [s.base_offset for s in segs]
         self.start_offset = max(start_offset, self._bases[0] if segs else start_offset)
-        if self.writable:
+        if self.writable and self.damage is None:
             if not segs:
                 self._add_segment(self.start_offset)
             self._commit.durable_end = self.end_offset  # recovery ended with a synced tail
@@ -196,6 +206,8 @@ class Partition:
             raise
 
     def check_writable(self) -> None:
+        if self.refusal is not None:
+            raise self.refusal()
         if self.poisoned is not None:
             raise LogPoisonedError(
                 f"an earlier I/O error ({self.poisoned}) left {self.directory} in an unknown "
@@ -354,7 +366,7 @@ class Partition:
     def close(self) -> None:
         with self.lock:
             self.settle()
-            if self.writable and self.poisoned is None and self.segments:
+            if self.writable and self.poisoned is None and self.refusal is None and self.segments:
                 self.active.flush()
             for seg in self.segments:
                 try:
@@ -435,6 +447,8 @@ class Partition:
                     f"ends at {self.end_offset}"
                 )
             if before > self.start_offset:
+                # on disk first: a checkpointed log start past the end is damage on open
+                self._flush_active()
                 self.start_offset = before
                 self._persist_start()
                 self._delete_leading(lambda seg, nxt: nxt <= self.start_offset)

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _io, checkpoint, metadata
 from .config import TopicConfig
-from .errors import CorruptCheckpointError, TopicExistsError
+from .errors import CorruptCheckpointError, CorruptionError, TopicExistsError
 from .naming import partition_dir_name
 from .partition import Partition
 from .records import TopicPartition
@@ -49,10 +49,22 @@ class TopicTable:
         self.by_name: dict[str, Topic] = {}
         self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
         self._start_watch = metadata.StartOffsetWatch(root)
+        self.kept: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        """Quarantined partitions' checkpointed (recovery point, log start), written back
+        unchanged: damage is left for ``embedlog recover`` to judge, never papered over."""
 
     def partitions(self) -> list[Partition]:
         """Every partition of every topic."""
         return [p for t in list(self.by_name.values()) for p in t.partitions]
+
+    def healthy(self) -> list[Partition]:
+        """Every partition not quarantined (:func:`embedlog.loader.quarantine`)."""
+        return [p for p in self.partitions() if p.damage is None]
+
+    def quarantined(self) -> dict[TopicPartition, CorruptionError]:
+        """The quarantined partitions and the damage found when they were opened."""
+        return {TopicPartition(p.topic, p.partition): p.damage
+                for p in self.partitions() if p.damage is not None}
 
     # ------------------------------------------------------------------ loading
 
@@ -68,18 +80,24 @@ class TopicTable:
             parts = [self._partition(name, i, config) for i in range(count)]
             self.by_name[name] = Topic(name, config, parts)
         if not self.writable:
-            starts = checkpoint.read_offsets(os.path.join(self.root, metadata.LOG_START))
+            starts = metadata.read_root_checkpoint(self.root, metadata.LOG_START,
+                                                   metadata.partition_folder_count(self.root))
             for topic in self.by_name.values():
                 for p in topic.partitions:
                     if not p.segments and os.path.isdir(p.directory):
                         tp = TopicPartition(topic.name, p.partition)
-                        p.load(recovery_point=None, start_offset=starts.get(tp, 0), clean=True)
+                        p.load(recovery_point=None, start_offset=starts.get(tp, (0, 0))[0],
+                               clean=True)
 
     def recover(self, clean: bool) -> None:
         """The writer's open: load every partition from its checkpointed recovery point and log
-        start offset (:mod:`embedlog.loader`)."""
-        points = checkpoint.read_offsets(os.path.join(self.root, metadata.RECOVERY_POINT))
-        starts = checkpoint.read_offsets(os.path.join(self.root, metadata.LOG_START))
+        start offset (:mod:`embedlog.loader`). Checkpoints hold at most one entry per partition
+        folder; a partition whose segments or checkpoints are damaged opens quarantined, its
+        checkpoint entries kept as they are (:attr:`kept`)."""
+        folders = metadata.partition_folder_count(self.root)
+        points = metadata.read_root_checkpoint(self.root, metadata.RECOVERY_POINT, folders)
+        starts = metadata.read_root_checkpoint(self.root, metadata.LOG_START, folders)
+        start_path = os.path.join(self.root, metadata.LOG_START)
         for topic in self.by_name.values():
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition)
@@ -87,8 +105,12 @@ class TopicTable:
                     raise CorruptCheckpointError(
                         f"topic metadata lists {tp.topic}-{tp.partition}, whose folder is "
                         "missing", path=p.directory)
-                p.load(recovery_point=points.get(tp), start_offset=starts.get(tp, 0),
-                       clean=clean)
+                point, start = points.get(tp), starts.get(tp)
+                p.load(recovery_point=point[0] if point else None,
+                       start_offset=start[0] if start else 0, clean=clean,
+                       start_from=(start_path, start[1]) if start else None)
+                if p.damage is not None:
+                    self.kept[tp] = (point[0] if point else None, start[0] if start else None)
 
     def _partition(self, topic: str, index: int, config: TopicConfig) -> Partition:
         return Partition(
@@ -134,14 +156,18 @@ class TopicTable:
         return topic
 
     def delete_files(self, topic: Topic) -> None:
-        """Close a removed topic's partitions and delete their folders."""
+        """Close a removed topic's partitions, drop them from the root checkpoints, then delete
+        their folders (a checkpoint never has more entries than there are folders)."""
+        for p in topic.partitions:
+            self.kept.pop(TopicPartition(p.topic, p.partition), None)
+        self.checkpoint_start_offsets()
+        self.checkpoint_recovery_points()
         for p in topic.partitions:
             p.close()
             for entry in os.listdir(p.directory):
                 _io.unlink(os.path.join(p.directory, entry))
             _io.rmdir(p.directory)
         _io.fsync_dir(self.root)
-        self.checkpoint_start_offsets()
 
     def alter(self, topic: Topic, config: Mapping[str, Any]) -> TopicConfig:
         """Merge ``config`` (Kafka names) into the topic's settings and persist them."""
@@ -163,8 +189,9 @@ class TopicTable:
             offsets = {
                 TopicPartition(p.topic, p.partition): p.start_offset
                 for p in self.partitions()
-                if p.start_offset > 0
+                if p.start_offset > 0 and p.damage is None
             }
+            offsets.update((tp, start) for tp, (_, start) in self.kept.items() if start)
             checkpoint.write_offsets(os.path.join(self.root, metadata.LOG_START), offsets)
 
     def checkpoint_recovery_points(self, _: Partition | None = None, *, final: bool = False
@@ -177,6 +204,8 @@ class TopicTable:
                     p.end_offset if final else p.active.base_offset
                 )
                 for p in self.partitions()
-                if p.segments
+                if p.segments and p.damage is None
             }
+            offsets.update((tp, point) for tp, (point, _) in self.kept.items()
+                           if point is not None)
             checkpoint.write_offsets(os.path.join(self.root, metadata.RECOVERY_POINT), offsets)

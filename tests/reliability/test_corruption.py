@@ -231,6 +231,8 @@ def _check(corpus: Corpus, trial: Trial, path: str) -> tuple[str, list[str]]:
     got: dict[Key, Fields] = {}
     try:
         with embedlog.open(path) as log:
+            for damage in log.quarantined().values():  # reported: appends to it are refused
+                raise damage
             for t, n in TOPICS.items():
                 for p in range(n):
                     for r in log.read(t, p):

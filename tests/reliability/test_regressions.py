@@ -11,6 +11,7 @@ import pytest
 
 import embedlog
 from doubles import ScriptedFS
+from helpers import writer_open
 from embedlog import _io
 from embedlog.metadata import parse_metadata
 
@@ -55,7 +56,7 @@ def test_sealed_segment_straddling_the_log_start_is_still_size_checked() -> None
     data = first.read_bytes()
     first.write_bytes(data[: first_batch_size(data) * 3])  # cut at a batch boundary
     with pytest.raises(embedlog.CorruptionError):
-        embedlog.open(path)
+        writer_open(path)
 
 
 def test_flipped_length_in_a_sealed_segment_is_an_error_not_a_silent_skip() -> None:
@@ -87,7 +88,7 @@ def test_active_segment_cut_at_a_batch_boundary_after_a_clean_close_is_an_error(
     data = active.read_bytes()
     active.write_bytes(data[: first_batch_size(data)])
     with pytest.raises(embedlog.CorruptionError):
-        embedlog.open(path)
+        writer_open(path)
 
 
 def test_recovery_never_keeps_a_batch_with_a_damaged_base_offset() -> None:
