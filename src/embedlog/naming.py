@@ -50,6 +50,7 @@ __all__ = [
     "CLEANED_SUFFIX",
     "CLEANER_CHECKPOINT",
     "CLEAN_SHUTDOWN_FILE",
+    "DAMAGED_SUFFIX",
     "DELETED_SUFFIX",
     "GROUPS_DIR",
     "GROUP_LEASES_DIR",
@@ -61,6 +62,7 @@ __all__ = [
     "LOCK_FILE",
     "LOG_START_CHECKPOINT",
     "LOG_SUFFIX",
+    "LOST_FOUND_DIR",
     "MAX_TOPIC_LENGTH",
     "METADATA_FILE",
     "PRODUCER_IDS_FILE",
@@ -75,6 +77,7 @@ __all__ = [
     "TMP_SUFFIX",
     "TXNINDEX_SUFFIX",
     "TXN_STATE_FILE",
+    "damaged_path",
     "filename_prefix",
     "parse_partition_dir",
     "parse_segment_file",
@@ -108,6 +111,10 @@ GROUP_LEASES_DIR: Final = "leases"
 
 # -- files of a partition folder
 SEGMENT_MANIFEST: Final = "embedlog.segments"
+LOST_FOUND_DIR: Final = "lost+found"
+"""Root folder where ``embedlog recover --truncate-damaged`` moves damaged bytes; ``+`` keeps
+it out of the ``<topic>-<partition>`` namespace."""
+DAMAGED_SUFFIX: Final = ".damaged"
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIMEINDEX_SUFFIX: Final = ".timeindex"
@@ -174,6 +181,13 @@ def filename_prefix(offset: int) -> str:
 def segment_path(directory: str, base_offset: int, suffix: str) -> str:
     """``<directory>/<20-digit base offset><suffix>``."""
     return os.path.join(directory, filename_prefix(base_offset) + suffix)
+
+
+def damaged_path(root: str, partition_dir: str, base_offset: int, position: int) -> str:
+    """Where salvage moves the damaged bytes of a segment, from byte ``position`` on:
+    ``<root>/lost+found/<topic>-<partition>/<20-digit base>.log.<position>.damaged``."""
+    return os.path.join(root, LOST_FOUND_DIR, partition_dir,
+                        f"{filename_prefix(base_offset)}{LOG_SUFFIX}.{position}{DAMAGED_SUFFIX}")
 
 
 def parse_segment_file(name: str) -> tuple[int, str, str] | None:

@@ -15,11 +15,12 @@ from .groups import groups
 from .offsets import delete_records, get_offsets
 from .perf import perf_test
 from .produce import produce
+from .recover import recover
 from .topics import topics
 from .verify import verify
 
 __all__ = ["cli", "main"]
 
 for _command in (topics, produce, consume, dump_log, get_offsets, delete_records,
-                 groups, compact, verify, perf_test, demo):
+                 groups, compact, verify, recover, perf_test, demo):
     cli.add_command(_command)
