@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from . import _validate
+from . import _fork, _validate
 from ._client_api import Durability, ProducerLog
 from .batch_writer import OpenBatch, key_required
 from .errors import (
@@ -171,7 +171,9 @@ class Producer:
         self._open: dict[OpenBatch, None] = {}
         self._error: BaseException | None = None
         self._closed = False
-        self._trouble = False  # _error is set or the producer is closed
+        self._trouble = False  # _error is set, the producer is closed, or in a fork() child
+        self._forked = False  # a fork() child's copy: never touches the parent's batches
+        _fork.track(self)
         self._cv = threading.Condition(threading.Lock())
         self._flusher: threading.Thread | None = None
         self._flusher_idle = False
@@ -418,6 +420,8 @@ class Producer:
 
     def flush(self) -> None:
         """Write every open batch now (durable on return with ``durability="fsync"``)."""
+        if self._forked:
+            self._check()  # refuses before touching a lock another process's thread held
         for slot in list(self._open):
             slot.settle()
         if self._fsync:
@@ -428,7 +432,8 @@ class Producer:
 
     def close(self) -> None:
         """Flush and stop the background writer. Idempotent."""
-        if self._closed:
+        if self._closed or self._forked:  # a child's close: its locks may be held by no one
+            self._closed = True
             return
         try:
             if not self.log.closed:
@@ -443,7 +448,13 @@ class Producer:
             if flusher is not None and flusher is not threading.current_thread():
                 flusher.join()
 
+    def _on_fork_child(self) -> None:
+        self._forked = True
+        self._set_trouble(True)  # off the fast path: _check asks the log, which refuses
+
     def _check(self) -> None:
+        if self.log.closed:  # raises InheritedLogError in a fork() child
+            raise LogClosedError(f"the log at {self.log.path} is closed")
         if self._error is not None:
             error, self._error = self._error, None
             self._set_trouble(self._closed)
