@@ -11,9 +11,9 @@ import pytest
 
 import embedlog
 from doubles import ScriptedFS
-from helpers import writer_open
 from embedlog import _io
 from embedlog.metadata import parse_metadata
+from helpers import writer_open
 
 from .workloads import scratch_dir
 
