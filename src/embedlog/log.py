@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _fork, _io, _validate, metadata
+from . import _fork, _validate, metadata
 from ._batch import record_batch
 from ._client_api import Durability
 from ._platform import WriterLock
@@ -88,12 +88,7 @@ class Log(_fork.ForkGuard):
     # ------------------------------------------------------------------ open / close
 
     def _open(self) -> None:
-        if not os.path.isdir(self.path) and (
-            self.read_only or not self._create or not self._create_root()
-        ):
-            raise UsageError(f"no log directory at {self.path}")
-        if os.path.islink(self.path):
-            raise UsageError(f"{self.path} is a symlink; open the real directory")
+        metadata.prepare_root(self.path, create=self._create and not self.read_only)
         if self.read_only:
             self._topics.load()
             return
@@ -115,14 +110,6 @@ class Log(_fork.ForkGuard):
             finally:
                 self._writer_lock.release()
             raise
-
-    def _create_root(self) -> bool:
-        parent = os.path.dirname(self.path)
-        if not os.path.isdir(parent):
-            return False
-        _io.mkdir(self.path)
-        _io.fsync_dir(parent)
-        return True
 
     def close(self) -> None:
         """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the

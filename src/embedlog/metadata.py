@@ -43,6 +43,7 @@ __all__ = [
     "discover_topics",
     "parse_metadata",
     "partition_folder_count",
+    "prepare_root",
     "read_metadata",
     "read_root_checkpoint",
     "take_clean_marker",
@@ -109,6 +110,19 @@ def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]]) -> 
     _io.write_atomic(
         os.path.join(root, METADATA), json.dumps(doc, indent=1, sort_keys=True).encode()
     )
+
+
+def prepare_root(root: str, *, create: bool) -> None:
+    """Check that the log folder ``root`` exists and is no symbolic link; with ``create`` make
+    it (durably) when its parent exists. A :class:`~embedlog.errors.UsageError` otherwise."""
+    if not os.path.isdir(root):
+        parent = os.path.dirname(root)
+        if not create or not os.path.isdir(parent):
+            raise UsageError(f"no log directory at {root}")
+        _io.mkdir(root)
+        _io.fsync_dir(parent)
+    if os.path.islink(root):
+        raise UsageError(f"{root} is a symlink; open the real directory")
 
 
 def take_clean_marker(root: str) -> bool:
