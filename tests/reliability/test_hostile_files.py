@@ -30,6 +30,7 @@ import embedlog
 from embedlog.cli.verify import verify_path
 from embedlog.inspect import rebuild_indexes
 from embedlog.segment import format as fmt
+from helpers import writer_open
 
 from .workloads import scratch_dir
 
@@ -183,7 +184,7 @@ def test_empty_segment_files_do_not_advance_the_end_offset(bases: list[int]) -> 
     if claimed != N:
         # After a clean close the writer knows where the log ended: a claim beyond is damage.
         with pytest.raises(embedlog.CorruptionError, match="closed cleanly"):
-            embedlog.open(path)
+            writer_open(path)  # the partition is quarantined
         (path / ".kafka_cleanshutdown").unlink(missing_ok=True)  # after a crash: Kafka's rule
     with embedlog.open(path) as log:
         assert log.end_offset("t", 0) == claimed
