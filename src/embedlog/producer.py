@@ -122,6 +122,8 @@ class Producer:
         partitioner: ``f(key_bytes, all_partitions, available_partitions) -> int``.
     """
 
+    _forked = False  # a fork() child's copy: never touches the parent's batches
+
     def __init__(
         self,
         log: ProducerLog,
@@ -172,7 +174,6 @@ class Producer:
         self._error: BaseException | None = None
         self._closed = False
         self._trouble = False  # _error is set, the producer is closed, or in a fork() child
-        self._forked = False  # a fork() child's copy: never touches the parent's batches
         _fork.track(self)
         self._cv = threading.Condition(threading.Lock())
         self._flusher: threading.Thread | None = None
