@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import functools
 import os
 import threading
@@ -57,6 +58,8 @@ from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
+
+_RESCANS = 20  # read-only views: how often a scan follows the writer's deletions and swaps
 
 @dataclass(frozen=True, slots=True)
 class SegmentInfo:
@@ -407,8 +410,33 @@ class Partition:
             self.check_range(start)
             stop = self.end_offset if end is None else min(end, self.end_offset)
             segs = list(self.segments[self._segment_index(start) :])
-        yield from reader.scan(segs, start, stop, control=control, max_records=max_records,
-                               current_end=self._current_end)
+        yield from self._scan(segs, start, stop, control, max_records)
+
+    def _scan(self, segs: list[Segment], offset: int, stop: int, control: bool,
+              wanted: int | None) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
+        """:func:`embedlog.reader.scan`; a read-only view whose captured segment was deleted or
+        replaced by the writer before its file was (re)opened (the descriptor budget opens
+        files lazily, :mod:`embedlog._handles`) lists the folder again and resumes after the
+        last batch it yielded."""
+        for _ in range(_RESCANS):
+            try:
+                for header, found in reader.scan(segs, offset, stop, control=control,
+                                                 max_records=wanted,
+                                                 current_end=self._current_end):
+                    offset = header.next_offset
+                    if wanted is not None:
+                        wanted -= len(found)
+                    yield header, found
+                return
+            except StorageError as exc:
+                if exc.errno != errno.ESTALE or self.writable:
+                    raise
+                gone = exc
+            with self.lock:
+                self.refresh()
+                offset = max(offset, self.start_offset)
+                segs = list(self.segments[self._segment_index(offset) :])
+        raise gone
 
     def _current_end(self) -> int:
         with self.lock:  # an append in progress has updated the end once the lock is free

@@ -7,12 +7,15 @@ lock; checkpoint writes are serialised here, because partitions trigger them fro
 (a roll writes the recovery points, retention the log start offsets).
 
 On-disk order: a topic's folders exist (fsynced) before ``embedlog.json`` names it; it leaves
-``embedlog.json`` before its files are deleted. The log start offsets are written *before* the
-segments below them are unlinked (see :mod:`embedlog.partition`).
+``embedlog.json`` before its files are deleted. Creation is all or nothing: a failed create
+removes the folders it made; a crash mid-create leaves empty, unlisted folders that the
+next create of that name removes (:meth:`TopicTable.create`). The log start offsets are
+written *before* the segments below them are unlinked (see :mod:`embedlog.partition`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -20,8 +23,14 @@ from typing import Any
 
 from . import _io, checkpoint, metadata
 from .config import TopicConfig
-from .errors import CorruptCheckpointError, CorruptionError, TopicExistsError
-from .naming import partition_dir_name
+from .errors import CorruptCheckpointError, CorruptionError, StorageError, TopicExistsError
+from .naming import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    parse_segment_file,
+    partition_dir_name,
+)
 from .partition import Partition
 from .records import TopicPartition
 
@@ -133,21 +142,51 @@ class TopicTable:
     # ------------------------------------------------------------------ changes
 
     def create(self, name: str, count: int, config: TopicConfig) -> None:
-        """Create the topic's folders and empty partitions, then list it in ``embedlog.json``."""
+        """Create the topic's folders and empty partitions, then list it in ``embedlog.json``.
+
+        All or nothing: on any failure (``EMFILE``, ``ENOSPC``...) the folders this call made
+        are removed again and the topic is not listed. A crash half way leaves empty folders
+        that ``embedlog.json`` does not name; they hold no record, and creating the name again
+        removes them first (:func:`_abandoned`)."""
         if name in self.by_name:
             raise TopicExistsError(f"topic {name!r} already exists")
-        for i in range(count):
-            d = os.path.join(self.root, partition_dir_name(name, i))
-            if os.path.lexists(d):
+        dirs = [os.path.join(self.root, partition_dir_name(name, i)) for i in range(count)]
+        leftovers = [d for d in dirs if os.path.lexists(d)]
+        for d in leftovers:
+            if not _abandoned(d):
                 raise TopicExistsError(f"{d} already exists")
-        parts = [self._partition(name, i, config) for i in range(count)]
+        for d in leftovers:
+            _remove_folder(d)
+        created: list[str] = []
+        parts: list[Partition] = []
+        try:
+            for i, d in enumerate(dirs):
+                _io.mkdir(d)
+                created.append(d)
+                parts.append(self._partition(name, i, config))
+            _io.fsync_dir(self.root)
+            for p in parts:
+                p.load(recovery_point=None, start_offset=0, clean=True)
+            self.by_name[name] = Topic(name, config, parts)
+            self.write_metadata()
+        except BaseException:
+            self._undo_create(name, parts, created)
+            raise
+
+    def _undo_create(self, name: str, parts: list[Partition], created: list[str]) -> None:
+        """Remove exactly what a failed :meth:`create` made (best effort: the first error is
+        the one reported)."""
+        if self.by_name.pop(name, None) is not None:
+            with contextlib.suppress(StorageError):
+                self.write_metadata()
         for p in parts:
-            _io.mkdir(p.directory)
-        _io.fsync_dir(self.root)
-        for p in parts:
-            p.load(recovery_point=None, start_offset=0, clean=True)
-        self.by_name[name] = Topic(name, config, parts)
-        self.write_metadata()
+            with contextlib.suppress(StorageError):
+                p.close()
+        for d in reversed(created):
+            with contextlib.suppress(StorageError, OSError):
+                _remove_folder(d)
+        with contextlib.suppress(StorageError):
+            _io.fsync_dir(self.root)
 
     def remove(self, name: str) -> Topic:
         """Drop the topic from ``embedlog.json`` (its files stay: :meth:`delete_files`)."""
@@ -164,9 +203,7 @@ class TopicTable:
         self.checkpoint_recovery_points()
         for p in topic.partitions:
             p.close()
-            for entry in os.listdir(p.directory):
-                _io.unlink(os.path.join(p.directory, entry))
-            _io.rmdir(p.directory)
+            _remove_folder(p.directory)
         _io.fsync_dir(self.root)
 
     def alter(self, topic: Topic, config: Mapping[str, Any]) -> TopicConfig:
@@ -209,3 +246,26 @@ class TopicTable:
             offsets.update((tp, point) for tp, (point, _) in self.kept.items()
                            if point is not None)
             checkpoint.write_offsets(os.path.join(self.root, metadata.RECOVERY_POINT), offsets)
+
+
+def _remove_folder(directory: str) -> None:
+    """Unlink a partition folder's files and the folder (the caller fsyncs the parent)."""
+    for entry in os.listdir(directory):
+        _io.unlink(os.path.join(directory, entry))
+    _io.rmdir(directory)
+
+
+def _abandoned(directory: str) -> bool:
+    """Whether ``directory`` is what an interrupted :meth:`TopicTable.create` leaves: a real
+    folder holding nothing but segment files whose ``.log`` files are empty (no record)."""
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return False
+    for entry in os.listdir(directory):
+        parsed = parse_segment_file(entry)
+        if parsed is None or parsed[2] or parsed[1] not in (LOG_SUFFIX, INDEX_SUFFIX,
+                                                             TIMEINDEX_SUFFIX):
+            return False
+        path = os.path.join(directory, entry)
+        if os.path.islink(path) or (parsed[1] == LOG_SUFFIX and os.path.getsize(path)):
+            return False
+    return True

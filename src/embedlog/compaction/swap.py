@@ -83,6 +83,8 @@ def install(partition: Partition, old: list[Segment], cleaned: Segment) -> Segme
             return None
         size = cleaned.size
         cleaned.close()
+        for seg in old:
+            seg.retire()  # readers of the old files keep them although the names change hands
         try:
             for kind in (*_INDEX_KINDS, LOG_SUFFIX):  # the log last: it marks the commit
                 rename_kind(directory, base, kind, CLEANED_SUFFIX, SWAP_SUFFIX)

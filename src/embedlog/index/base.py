@@ -385,10 +385,9 @@ class EntryFile:
 
         Afterwards the index is full until :meth:`resize` is called."""
         self._check_writable()
-        assert self._fd is not None
         valid = self._n * self.ENTRY_SIZE
         if self._size != valid:
-            _io.truncate(self._fd, valid)
+            _io.truncate(self._writer_fd(), valid)
             self._size = valid
         self._max_entries = self._n
 
@@ -396,14 +395,13 @@ class EntryFile:
         """Pre-allocate the file to ``max_bytes`` rounded down to a multiple of the entry size
         (zero tail), as Kafka does for the active segment; never below the valid entries."""
         self._check_writable()
-        assert self._fd is not None
         max_bytes = operator.index(max_bytes)
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         rounded = _round_down(max_bytes, self.ENTRY_SIZE)
         target = max(rounded, self._n * self.ENTRY_SIZE)
         if target != self._size:
-            _io.truncate(self._fd, target)
+            _io.truncate(self._writer_fd(), target)
             self._size = target
         self._max_bytes = max_bytes
         self._max_entries = rounded // self.ENTRY_SIZE
@@ -444,16 +442,16 @@ class EntryFile:
     def flush(self) -> None:
         """``fsync`` the file (a writer); a no-op for a read-only instance."""
         self._check_open()
-        if self._fd is not None:
-            _io.fsync(self._fd)
+        if self.writable:
+            _io.fsync(self._writer_fd())
 
     def close(self) -> None:
         """Release the file; idempotent. A writer trims the file first, as Kafka's ``close``."""
         if self._closed:
             return
         try:
-            if self._fd is not None:
-                fd = self._fd
+            if self.writable:
+                fd = self._writer_fd()
                 try:
                     self.trim()
                 finally:
@@ -470,6 +468,26 @@ class EntryFile:
                 # A leaked view would make close() raise; the GC then unmaps it instead.
                 with contextlib.suppress(BufferError):
                     mm.close()
+
+    @property
+    def holds_descriptor(self) -> bool:
+        """Whether a descriptor (a writer's file, a reader's mapping) is open now."""
+        return self._fd is not None or self._mmap is not None
+
+    def release(self) -> None:
+        """A writer closes its descriptor and keeps everything else (its entries live in
+        memory); the next write reopens the file by name (:mod:`embedlog._handles`). Nothing is
+        trimmed or zeroed: the file stays as the entries written so far left it."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            _io.close(fd)
+
+    def _writer_fd(self) -> int:
+        """The writer's descriptor, reopened if :meth:`release` closed it."""
+        if self._fd is None:
+            self._check_writable()
+            self._fd = _io.open_file(self.path, os.O_RDWR)
+        return self._fd
 
     # ------------------------------------------------------------------ helpers for subclasses
 
@@ -517,19 +535,19 @@ class EntryFile:
 
     def _append_entry(self, key: int, row: tuple[int, ...]) -> None:
         """Write entry ``row`` at slot ``n`` (disk first, then memory)."""
-        assert self._fd is not None and self._key_buf is not None
+        assert self._key_buf is not None
         n = self._n
         if n >= self._be_buf.shape[0]:
             self._grow(n + 1)
-        _io.pwrite(self._fd, self._STRUCT.pack(*row), n * self.ENTRY_SIZE)
+        _io.pwrite(self._writer_fd(), self._STRUCT.pack(*row), n * self.ENTRY_SIZE)
         self._be_buf[n] = row
         self._key_buf[n] = key
         self._n = n + 1
 
     def _replace_entry(self, i: int, key: int, row: tuple[int, ...]) -> None:
         """Overwrite the valid entry ``i`` in place (disk first, then memory)."""
-        assert self._fd is not None and self._key_buf is not None and i < self._n
-        _io.pwrite(self._fd, self._STRUCT.pack(*row), i * self.ENTRY_SIZE)
+        assert self._key_buf is not None and i < self._n
+        _io.pwrite(self._writer_fd(), self._STRUCT.pack(*row), i * self.ENTRY_SIZE)
         self._be_buf[i] = row
         self._key_buf[i] = key
 
@@ -550,10 +568,10 @@ class EntryFile:
         self._n = n
 
     def _write_zeros(self, start: int, stop: int) -> None:
-        assert self._fd is not None
+        fd = self._writer_fd()
         zeros = bytes(min(_ZERO_CHUNK, stop - start))
         pos = start
         while pos < stop:
             length = min(len(zeros), stop - pos)
-            _io.pwrite(self._fd, zeros if length == len(zeros) else zeros[:length], pos)
+            _io.pwrite(fd, zeros if length == len(zeros) else zeros[:length], pos)
             pos += length
