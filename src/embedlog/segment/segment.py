@@ -18,54 +18,29 @@ Only the active segment of the writer is ever written; sealed segments are read-
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
-import stat
-import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TypeVar
 
 from .. import _io
-from .._handles import CACHE
 from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
+from .files import SegmentFiles, pinned
 from .rules import INT32_MAX, BackwardsError, check_order
 
 __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
 
 _Index = TypeVar("_Index", OffsetIndex, TimeIndex)
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20  # largest pread while scanning batches
 FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
-
-
-def _pinned(
-    method: Callable[Concatenate[Segment, _P], _R],
-) -> Callable[Concatenate[Segment, _P], _R]:
-    """Run ``method`` with the segment's descriptors pinned (never closed meanwhile by the
-    descriptor budget); afterwards the budget learns how many it holds."""
-
-    def run(self: Segment, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        CACHE.pin(self)
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            CACHE.unpin(self, self._descriptors())
-
-    run.__name__, run.__doc__ = method.__name__, method.__doc__
-    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +60,7 @@ class RecoveryResult:
     error: str | None
 
 
-class Segment:
+class Segment(SegmentFiles):
     """A base offset's three files. Writable only while it is the writer's active segment."""
 
     def __init__(
@@ -115,8 +90,6 @@ class Segment:
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX) + suffix
         self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX) + suffix
         self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX) + suffix
-        self._wfd: int | None = None
-        self._rfd: int | None = None
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._index_size_seen = -1
@@ -127,167 +100,9 @@ class Segment:
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index = 0
-        self._missing = False  # the .log did not exist when the segment was opened
-        self._retired = False  # deleted or replaced: descriptors kept, outside the budget
-        self._open_lock = threading.Lock()
-        self._rfd_closer: Callable[[], None] | None = None
-        st: os.stat_result | None
-        if writable:
-            self._wfd = _io.open_file(self.log_path, os.O_WRONLY | os.O_CREAT)
-            st = os.fstat(self._wfd)
-        else:
-            st = self._stat_log()
-        self._identity: tuple[int, int] | None = (st.st_dev, st.st_ino) if st else None
-        self.size = st.st_size if st is not None else 0
-        if writable:
-            self._done_with_handles()
-        elif suffix:
-            # A compaction's .cleaned/.swap files are renamed away soon: open now, keep open.
-            self.retire()
-
-    def _stat_log(self) -> os.stat_result | None:
-        """The ``.log`` of a read-only segment, not opened yet (None: missing)."""
-        try:
-            st = os.lstat(self.log_path)
-        except FileNotFoundError:
-            self._missing = True
-            return None
-        except OSError as exc:
-            raise StorageError(exc.errno or 0, f"cannot open segment: {exc.strerror}",
-                               self.log_path) from exc
-        if not stat.S_ISREG(st.st_mode):
-            # Not a regular file (a planted symlink, a FIFO): the open refuses it as it says.
-            os.close(self._open_regular())
-        return st
-
-    # ------------------------------------------------------------------ descriptors
-    #
-    # Files are opened on first use and may be closed by the descriptor budget
-    # (:mod:`embedlog._handles`) whenever no thread uses them: every use runs pinned.
-
-    def _descriptors(self) -> int:
-        if self._retired:
-            return 0
-        n = (self._wfd is not None) + (self._rfd is not None)
-        for idx in (self._index, self._timeindex):
-            if idx is not None and idx.holds_descriptor:
-                n += 1
-        return n
-
-    def _done_with_handles(self) -> None:
-        CACHE.pin(self)
-        CACHE.unpin(self, self._descriptors())
-
-    def release_handles(self) -> None:
-        """Close every descriptor, keeping the state needed to reopen (the budget's eviction:
-        runs under the cache lock while no thread uses this segment)."""
-        rfd_closer, self._rfd_closer, self._rfd = self._rfd_closer, None, None
-        wfd, self._wfd = self._wfd, None
-        with contextlib.suppress(OSError):  # the descriptor is gone whatever close says
-            if rfd_closer is not None:
-                rfd_closer()
-            if wfd is not None:
-                _io.close(wfd)
-        if self.writable:
-            for idx in (self._index, self._timeindex):
-                if idx is not None:
-                    idx.release()
-        else:
-            for name in ("_index", "_timeindex"):
-                idx = getattr(self, name)
-                if idx is not None and idx.holds_descriptor:
-                    idx.close()
-                    setattr(self, name, None)
-                    self._index_size_seen = -1
-
-    def _read_fd(self) -> int | None:
-        """The ``.log`` read descriptor (caller pinned), opened on first use: None if the file
-        did not exist when the segment was opened."""
-        fd = self._rfd
-        if fd is not None or self._missing:
-            return fd
-        with self._open_lock:
-            if self._rfd is None:
-                self._rfd = self._reopen(os.O_RDONLY)
-                self._rfd_closer = weakref.finalize(self, os.close, self._rfd)
-            return self._rfd
-
-    def _write_fd(self) -> int:
-        """The writer's ``.log`` descriptor (caller pinned), reopened after an eviction."""
-        fd = self._wfd
-        if fd is not None:
-            return fd
-        assert self.writable, "append to a read-only segment"
-        with self._open_lock:
-            if self._wfd is None:
-                self._wfd = self._reopen(os.O_WRONLY, through_io=True)
-            return self._wfd
-
-    def _reopen(self, flags: int, *, through_io: bool = False) -> int:
-        """Open ``log_path`` again, refusing a file that is not the one this segment opened
-        (compaction renamed another over the name, or it was deleted meanwhile)."""
-        try:
-            fd = (_io.open_file(self.log_path, flags) if through_io
-                  else self._open_regular())
-        except FileNotFoundError as exc:
-            raise self._gone() from exc
-        except StorageError as exc:
-            if exc.errno == errno.ENOENT:
-                raise self._gone() from exc
-            raise
-        st = os.fstat(fd)
-        if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
-            os.close(fd) if not through_io else _io.close(fd)
-            raise self._gone()
-        self._identity = (st.st_dev, st.st_ino)
-        return fd
-
-    def _open_regular(self) -> int:
-        """Open the ``.log`` to read: a regular file only (a FIFO must not block the open, a
-        symlink is not followed)."""
-        return _io.open_regular(self.log_path)
-
-    def _gone(self) -> StorageError:
-        return StorageError(
-            errno.ESTALE,
-            "the segment was deleted or replaced while its file was closed by the descriptor "
-            "budget (embedlog._handles)", self.log_path)
-
-    def retire(self) -> None:
-        """About to be deleted or replaced: open the ``.log`` now and keep it open outside the
-        budget, so iterators that captured this segment read the old file to the end. The
-        descriptor closes with the last reference (or :meth:`close`)."""
-        CACHE.pin(self)
-        try:
-            if not self._missing:
-                try:
-                    self._read_fd()
-                except StorageError:  # gone already: read as a missing file, as if never there
-                    self._missing, self.size, self._identity = True, 0, None
-            self._retired = True
-        finally:
-            CACHE.unpin(self, self._descriptors())
+        self._open_files(writable, suffix)
 
     # ------------------------------------------------------------------ reading
-
-    def pread(self, position: int, length: int) -> bytes:
-        CACHE.pin(self)
-        try:
-            fd = self._read_fd()
-            return b"" if fd is None else os.pread(fd, length, position)
-        finally:
-            CACHE.unpin(self, self._descriptors())
-
-    @_pinned
-    def refresh(self) -> None:
-        """Re-read the file size (read-only view of a segment another process appends to)."""
-        if not self._missing and not self.writable:
-            fd = self._read_fd()
-            assert fd is not None
-            size = os.fstat(fd).st_size
-            if size != self.size:
-                self.size = size
-                self._next_offset = None
 
     def batches(
         self,
@@ -351,18 +166,6 @@ class Segment:
             return fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
         except CorruptBatchError as exc:
             raise _located(exc, self.log_path, base + p) from exc
-
-    def is_current(self) -> bool:
-        """Whether ``log_path`` still names the file this segment reads. Compaction renames a
-        new file over a segment's name; an index found by that name then belongs to the new
-        file, and a reader still holding the old one must not use it."""
-        if self._identity is None or self._missing:
-            return False
-        try:
-            named = os.stat(self.log_path)
-        except FileNotFoundError:
-            return False
-        return (named.st_dev, named.st_ino) == self._identity
 
     def _own_index(self, open_index: Callable[[], _Index]) -> _Index | None:
         """The index ``open_index`` opens by name if it belongs to this segment's file; None if
@@ -463,7 +266,7 @@ class Segment:
             return start if start < self.size else 0
         return 0
 
-    @_pinned
+    @pinned
     def find_position(self, offset: int) -> int | None:
         """Byte position of the first batch whose last offset is >= ``offset``; ``None`` if the
         segment has no such batch."""
@@ -494,7 +297,7 @@ class Segment:
             position += header.size
         return None
 
-    @_pinned
+    @pinned
     def find_offset_by_timestamp(self, timestamp: int) -> int | None:
         """The first offset in this segment whose record timestamp is >= ``timestamp``."""
         position = 0
@@ -519,7 +322,7 @@ class Segment:
             self._next_offset = self._scan_tail()
         return self._next_offset
 
-    @_pinned
+    @pinned
     def _scan_tail(self) -> int:
         """The end offset, from the batch headers after the last index entry (the index only
         says where to start: its offsets are never trusted for the answer)."""
@@ -544,7 +347,7 @@ class Segment:
         return nxt
 
     @property
-    @_pinned
+    @pinned
     def max_timestamp(self) -> int:
         """Largest record timestamp in the segment (-1 if none): the time index's last entry,
         as Kafka keeps it, else a scan."""
@@ -569,7 +372,7 @@ class Segment:
 
     # ------------------------------------------------------------------ writing
 
-    @_pinned
+    @pinned
     def open_indexes_for_append(self) -> None:
         """Open both indexes writable (active segment), preallocated to segment.index.bytes."""
         limit = self._entry_limit()
@@ -579,7 +382,7 @@ class Segment:
                                     max_bytes=self.settings.segment_index_bytes,
                                     entry_limit=limit)
 
-    @_pinned
+    @pinned
     def load_active_state(self) -> None:
         """After a clean open: the end offset, the max timestamp and the roll timestamp, from the
         indexes plus a walk of the batches after the last index entry.
@@ -628,7 +431,7 @@ class Segment:
                 position=result.valid_bytes,
             )
 
-    @_pinned
+    @pinned
     def recover(self, *, truncate: bool = True) -> RecoveryResult:
         """Validate every batch from byte 0, rebuild both indexes, and cut the log at the first
         invalid or incomplete batch (Kafka's ``LogSegment.recover``). The offsets rule is the
@@ -689,7 +492,7 @@ class Segment:
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
 
-    @_pinned
+    @pinned
     def append(self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader) -> int:
         """Write one encoded batch at the end; return its byte position. Not durable until
         :meth:`flush`."""
@@ -715,13 +518,13 @@ class Segment:
             return True
         return last_offset - self.base_offset > INT32_MAX
 
-    @_pinned
+    @pinned
     def flush(self) -> None:
         """fsync the log (and the indexes, so a clean segment needs no rebuild)."""
         if self.writable:
             _io.fsync(self._write_fd())
 
-    @_pinned
+    @pinned
     def seal(self, *, sync: bool = True) -> None:
         """Make this segment read-only: final time-index entry, indexes trimmed and synced,
         log synced (Kafka's ``onBecomeInactiveSegment``). ``sync=False`` only for the crash
@@ -747,7 +550,7 @@ class Segment:
             self._wfd = None
         self.writable = False
 
-    @_pinned
+    @pinned
     def truncate_to(self, offset: int) -> None:
         """Drop every batch whose base offset is >= ``offset`` (writable segment only)."""
         position = self.find_position(offset)
@@ -769,10 +572,7 @@ class Segment:
             if idx is not None:
                 idx.close()
         self._index = self._timeindex = None
-        CACHE.forget(self)
-        if self._rfd_closer is not None:
-            self._rfd_closer()
-        self._rfd = self._rfd_closer = None
+        self._close_files()
 
     def delete(self) -> None:
         """Unlink the three files (callers fsync the directory).
