@@ -445,9 +445,19 @@ class Partition:
     def read(
         self, start: int, end: int | None = None, max_records: int | None = None
     ) -> Iterator[Record]:
-        """Records from ``start`` (:func:`embedlog.reader.records`)."""
-        batches = self.batches(start, end, max_records=max_records)
-        yield from reader.records(self.topic, self.partition, batches, max_records)
+        """Records from ``start`` (:func:`embedlog.reader.records`). A bounded read of a
+        read-only view below the known end reads the known records first, with no directory
+        refresh; only a read that comes up short refreshes (reading on from the known end)."""
+        lean = not self.writable and max_records is not None and start < self.end_offset
+        known = self.end_offset if lean and (end is None or end > self.end_offset) else end
+        got = 0
+        for rec in reader.records(self.topic, self.partition,
+                                  self.batches(start, known, max_records=max_records),
+                                  max_records):
+            got += 1
+            yield rec
+        if known != end and max_records is not None and got < max_records and known is not None:
+            yield from self.read(known, end, max_records - got)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""

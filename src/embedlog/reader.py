@@ -3,7 +3,8 @@
 :func:`scan` walks a captured list of segments (the partition picks them under its lock: the
 first is the one holding the start offset) from the offset index floor of the start offset,
 restricting every batch to ``[start, stop)``; :func:`records` turns the columns into
-:class:`~embedlog.records.Record` tuples with C-level ``map``/``zip`` (no per-record bytecode).
+:class:`~embedlog.records.Record` tuples with :meth:`DecodedRecords.records` (built in C by the
+compiled core; C-level ``map``/``zip`` in the pure codec: no per-record bytecode either way).
 
 Offsets are checked on the way, because the base offset lies outside the CRC: a batch reaching
 into the next segment, or (in a sealed segment) past the log end, is corruption.
@@ -11,9 +12,7 @@ into the next segment, or (in a sealed segment) past the log end, is corruption.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
 
 from . import _io
 from .errors import CorruptBatchError
@@ -22,10 +21,6 @@ from .segment import format as fmt
 from .segment.segment import Segment
 
 __all__ = ["records", "scan"]
-
-# tuple.__new__ bound to Record: builds a Record from an 8-tuple in C, skipping the Python-level
-# NamedTuple constructor (the difference is ~2x on a full scan).
-_new_record = functools.partial(tuple.__new__, Record)
 
 
 def scan(
@@ -111,26 +106,12 @@ def records(
     max_records: int | None,
 ) -> Iterator[Record]:
     """The records of ``batches`` (at most ``max_records``) as ``Record`` tuples."""
-    topics, partitions = repeat(topic), repeat(partition)
     remaining = max_records
     for header, columns in batches:
         n = len(columns)
         if remaining is not None and n > remaining:
             columns = columns.slice(0, remaining)
-        heads = columns.headers
-        yield from map(
-            _new_record,
-            zip(
-                topics,
-                partitions,
-                columns.offsets.tolist(),
-                columns.timestamps.tolist(),
-                repeat(header.timestamp_type),
-                columns.keys(),
-                columns.values(),
-                repeat(()) if heads is None else heads,
-            ),
-        )
+        yield from columns.records(topic, partition, header.timestamp_type)
         if remaining is not None:
             remaining -= n
             if remaining <= 0:

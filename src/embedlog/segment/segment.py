@@ -30,6 +30,7 @@ from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
+from .crc_memo import Checked, Identity, identity
 from .files import SegmentFiles, pinned
 from .rules import INT32_MAX, BackwardsError, check_order
 
@@ -128,11 +129,12 @@ class Segment(SegmentFiles):
         max_batch = self.settings.max_batch_bytes
         chunk = FIRST_CHUNK
         floor = self.base_offset
+        checked = Checked(self._sealed_identity()) if verify else None
         while position < limit:
             buf = self.pread(position, min(chunk, limit - position))
             chunk = min(chunk * 4, READ_CHUNK)
             p = 0
-            while (header := self._next(buf, p, position, verify, max_batch)) is not None:
+            while (header := self._next(buf, p, position, checked, max_batch)) is not None:
                 floor = check_order(header, floor, self.base_offset, self.log_path, position + p)
                 yield buf, p, header
                 p += header.size
@@ -145,7 +147,7 @@ class Segment(SegmentFiles):
                 if total <= len(buf) or total > limit - position:
                     break
                 buf = self.pread(position, total)
-                header = self._next(buf, 0, position, verify, max_batch)
+                header = self._next(buf, 0, position, checked, max_batch)
                 if header is None:
                     break
                 floor = check_order(header, floor, self.base_offset, self.log_path, position)
@@ -159,13 +161,26 @@ class Segment(SegmentFiles):
                 position=position,
             )
 
+    @pinned
+    def _sealed_identity(self) -> Identity | None:
+        """The identity of a sealed segment's file (its CRC checks are remembered); None for the
+        active segment and a read-only view's live tail, whose checks never are."""
+        if self.writable or self.live:
+            return None
+        fd = self._read_fd()
+        return None if fd is None else identity(fd)
+
     def _next(
-        self, buf: bytes, p: int, base: int, verify: bool, max_batch: int
+        self, buf: bytes, p: int, base: int, checked: Checked | None, max_batch: int
     ) -> fmt.BatchHeader | None:
+        verify = checked is not None and not checked.known(base + p)
         try:
-            return fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
+            header = fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
         except CorruptBatchError as exc:
             raise _located(exc, self.log_path, base + p) from exc
+        if verify and header is not None and checked is not None:
+            checked.remember(base + p)
+        return header
 
     def _own_index(self, open_index: Callable[[], _Index]) -> _Index | None:
         """The index ``open_index`` opens by name if it belongs to this segment's file; None if
