@@ -4,7 +4,9 @@ A :class:`GroupCommit` keeps a partition's durability bookkeeping:
 
 * ``written`` counts appends (bumped by the partition under its lock), ``synced`` the appends
   known to be on disk; :meth:`GroupCommit.sync` fsyncs the active segment once for every
-  append counted so far, and a caller whose append an fsync already covered returns at once;
+  append counted so far. Its callers hand off too: one at a time fsyncs, the others wait on
+  the hand-off condition (not on ``sync_lock``), so a caller whose append the fsync in flight
+  covers returns when it ends instead of queueing behind the next one;
 * ``durable_end``: every offset below it is on disk. :meth:`GroupCommit.sync_through` is the
   leader/follower hand-off of writers that leave their records in a reserved batch: one caller
   at a time (the leader) writes what was reserved -- every record gathered while the previous
@@ -32,6 +34,7 @@ class GroupCommit:
         self.sync_lock = threading.Lock()
         self._handoff = threading.Condition(threading.Lock())
         self._leading = False
+        self._syncing = False
         self.durable_end = 0
         self.written = 0
         self.synced = 0
@@ -41,12 +44,24 @@ class GroupCommit:
         target = self.written if seq is None else seq
         if self.synced >= target or not _io.SAFETY.fsync_before_ack:
             return
-        with self.sync_lock:
-            if self.synced >= target:
+        with self._handoff:  # followers covered by the fsync in flight never queue behind
+            while self.synced < target:  # the next one: they wake when it ends and return
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                self._handoff.wait()
+            else:
                 return
-            upto = self.written
-            self._flush()
-            self.synced = max(self.synced, upto)
+        try:
+            with self.sync_lock:
+                if self.synced < target:
+                    upto = self.written
+                    self._flush()
+                    self.synced = max(self.synced, upto)
+        finally:
+            with self._handoff:
+                self._syncing = False
+                self._handoff.notify_all()
 
     def sealed(self) -> None:
         """The active segment was fsynced whole (caller holds ``sync_lock``)."""
