@@ -1,6 +1,7 @@
 """Side-by-side benchmark: embedlog vs SQLite vs raw file writes, in one run.
 
     python benches/compare.py [--records 1000000] [--repeat 3] [--only W1,R1,...] [--json out.json]
+                              [--pure]
 
 Every workload writes or reads the same records (8-16 B random keys, 100 B random values, int64
 ms timestamps) through embedlog and, where a baseline makes sense, through SQLite (WAL,
@@ -8,15 +9,10 @@ synchronous=NORMAL, executemany, 10k rows per transaction) and plain buffered fi
 same bytes. Rates are records/s; ratios are taken within each repetition and the median is
 printed. The machine is shared and noisy: trust ratios, not the third digit.
 
-Workloads (targets from the project's performance notes):
-  W1  append_batch, 1000 records per call           >= 15x SQLite executemany
-  W2  append() one record per call                   >= 1x SQLite executemany
-  W2p producer.send() one record per call            >= 3x SQLite executemany
-  W3  durable appends (fsync per call), 1 vs 8 threads: 8 threads >= 5x 1 thread
-  R1  full scan returning Record objects             >= 1.5x SQLite full scan
-  R2  columnar scan (read_batches)                   >= 10x SQLite full scan
-  L1  read one record at a random offset, p50        <= SQLite WHERE offset=? p50
-  O1  open a clean log with 1,000 segments           < 0.5 s
+The summary ends with every row's target (:data:`TARGETS`, from the project's performance
+notes) and whether this run met it, with the codec core that ran (``--pure`` re-runs the whole
+benchmark in a child with ``EMBEDLOG_PURE=1``, the pure-Python codec). S1 (Spark) is measured by
+``benches/bench_spark.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +34,20 @@ from typing import Any
 import embedlog
 
 BATCH = 1000
+
+TARGETS: dict[str, tuple[str, float, bool]] = {
+    # row: (what, bound, higher is better)
+    "W1 x SQLite": ("append_batch 1,000/call x SQLite executemany", 20.0, True),
+    "W2 x SQLite": ("append() loop x SQLite executemany (no target)", 0.0, True),
+    "W2p x SQLite": ("producer.send loop x SQLite executemany", 3.0, True),
+    "W3 8 threads / 1 thread": ("durable append(), 8 threads / 1", 5.0, True),
+    "W3p 8 threads / 1 thread": ("durable producer.send, 8 threads / 1", 5.0, True),
+    "R1 x SQLite": ("full scan into Records x SQLite full scan", 2.5, True),
+    "R2 x SQLite": ("columnar scan x SQLite full scan", 10.0, True),
+    "L1 SQLite/embedlog p50": ("point read p50: SQLite p50 / embedlog p50", 1.0, True),
+    "C1 compaction rec/s": ("compaction input records/s, 100,000 keys", 3_000_000.0, True),
+    "O1 open 1000 segments s": ("open a clean log with 1,000 segments, s", 0.5, False),
+}
 
 
 def make_records(n: int, seed: int = 1) -> tuple[list[bytes], list[bytes], list[int]]:
@@ -201,6 +211,40 @@ class Bench:
                 w.join()
             return threads * per_thread / (time.perf_counter() - t0)
 
+    def el_durable_producer(self, threads: int, per_thread: int) -> float:
+        path = self.fresh(f"el-durable-p{threads}")
+        with embedlog.open(path, durability="fsync") as log:
+            log.create_topic("t")
+            producer = log.producer()
+
+            def work(tid: int) -> None:
+                for i in range(per_thread):
+                    producer.send("t", self.values[i], key=self.keys[i], partition=0).get()
+
+            workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+            t0 = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            rate = threads * per_thread / (time.perf_counter() - t0)
+            producer.close()
+            return rate
+
+    def el_compact(self, keys: int = 100_000) -> float:
+        path = self.fresh("el-compact")
+        rng = random.Random(3)
+        with embedlog.open(path) as log:
+            log.create_topic("t", config={"cleanup.policy": "compact"})
+            for i in range(0, self.n, BATCH):
+                chunk = self.values[i : i + BATCH]
+                log.append_batch("t", chunk, keys=[b"key-%07d" % rng.randrange(keys)
+                                                   for _ in chunk], partition=0)
+            log.roll("t", 0)
+            t0 = time.perf_counter()
+            stats = log.compact("t")
+            return stats.records_read / (time.perf_counter() - t0)
+
     def el_open_1000_segments(self) -> float:
         path = self.fresh("el-open")
         with embedlog.open(path) as log:
@@ -256,16 +300,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 one = rec("W3 durable 1 thread", lambda: b.el_durable(1, 2000))
                 ratio("W3 8 threads / 1 thread",
                       rec("W3 durable 8 threads", lambda: b.el_durable(8, 1000)), one)
+            if want("W3p") and hasattr(embedlog.Log, "producer"):
+                one = rec("W3p durable send 1 thread", lambda: b.el_durable_producer(1, 2000))
+                ratio("W3p 8 threads / 1 thread", rec(
+                    "W3p durable send 8 threads", lambda: b.el_durable_producer(8, 1000)), one)
+            if want("C1"):
+                rec("C1 compaction rec/s", b.el_compact)
             if want("O1"):
                 rec("O1 open 1000 segments s", b.el_open_1000_segments)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     summary = {name: statistics.median(v) for name, v in rows.items()}
-    print(f"\n{args.records:,} records, median of {args.repeat}")
+    core = embedlog.codec_implementation()
+    print(f"\n{args.records:,} records, median of {args.repeat}, codec core: {core}")
     for name, value in summary.items():
         unit = "" if (" x " in name or "/" in name or " s" in name or " us" in name) else " rec/s"
         print(f"  {name:32s} {value:>14,.2f}{unit}")
+    print_targets(summary)
     return summary
+
+
+def print_targets(summary: dict[str, float]) -> None:
+    """Every target row with this run's figure and whether it is met."""
+    print("\ntargets")
+    for name, (what, bound, higher) in TARGETS.items():
+        value = summary.get(name)
+        if value is None:
+            verdict, shown = "not run", "-"
+        else:
+            ok = value >= bound if higher else value < bound
+            verdict, shown = ("met" if ok else "MISSED"), f"{value:,.2f}"
+        sign = ">=" if higher else "<"
+        print(f"  {name:26s} {shown:>14s}  target {sign} {bound:,.1f}  {verdict:7s}  {what}")
 
 
 def main() -> None:
@@ -275,7 +341,12 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--dir", default=None, help="scratch folder (default: system temp)")
     parser.add_argument("--json", default=None, help="write the medians here")
+    parser.add_argument("--pure", action="store_true",
+                        help="run with EMBEDLOG_PURE=1 (the pure-Python codec) in a child")
     args = parser.parse_args()
+    if args.pure and os.environ.get("EMBEDLOG_PURE", "") in ("", "0"):
+        argv = [sys.executable, *sys.argv]
+        os.execve(sys.executable, argv, {**os.environ, "EMBEDLOG_PURE": "1"})
     summary = run(args)
     if args.json:
         with open(args.json, "w") as f:
