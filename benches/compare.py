@@ -219,7 +219,7 @@ class Bench:
 
             def work(tid: int) -> None:
                 for i in range(per_thread):
-                    producer.send("t", self.values[i], key=self.keys[i], partition=0).get()
+                    producer.send("t", self.values[i], key=self.keys[i], partition=0)
 
             workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
             t0 = time.perf_counter()
