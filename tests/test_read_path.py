@@ -10,8 +10,11 @@ import pytest
 
 import embedlog
 from embedlog import partition as partition_module
-from embedlog.segment import crc_memo as segment_module
 from helpers import small_segments
+
+
+def _remembered(log: embedlog.Log) -> int:
+    return sum(len(s.crc_memo) for s in log._topic("t").partitions[0].segments)
 
 
 def _fill(log_dir: pathlib.Path, n: int = 300) -> list[pathlib.Path]:
@@ -35,26 +38,21 @@ def _flip_value_byte(path: pathlib.Path) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
 
-def test_sealed_batch_crc_is_checked_once_and_remembered(
-    log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sealed_batch_crc_is_checked_once_and_remembered(log_dir: pathlib.Path) -> None:
     _fill(log_dir)
-    monkeypatch.setattr(segment_module, "_VERIFIED", set())
     with embedlog.open(log_dir, read_only=True) as ro:
         assert len(list(ro.read("t", 0))) == 400
-        first = len(segment_module._VERIFIED)
+        first = _remembered(ro)
         assert first > 0  # every sealed batch, none of the active segment's
+        assert not ro._topic("t").partitions[0].segments[-1].crc_memo
         assert len(list(ro.read("t", 0))) == 400
-        assert len(segment_module._VERIFIED) == first
+        assert _remembered(ro) == first
 
 
-def test_rewritten_sealed_segment_is_checked_again(
-    log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The cache is keyed by (device, inode, size, mtime_ns, position): a sealed file changed
+def test_rewritten_sealed_segment_is_checked_again(log_dir: pathlib.Path) -> None:
+    # The memo is keyed by (device, inode, size, mtime_ns, position): a sealed file changed
     # after its first read gets a new identity, so its batches are checked again.
     sealed = _fill(log_dir)[0]
-    monkeypatch.setattr(segment_module, "_VERIFIED", set())
     with embedlog.open(log_dir, read_only=True) as ro:
         assert len(list(ro.read("t", 0))) == 400
         _flip_value_byte(sealed)
@@ -62,13 +60,10 @@ def test_rewritten_sealed_segment_is_checked_again(
             list(ro.read("t", 0))
 
 
-def test_same_identity_trusts_the_remembered_check(
-    log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_same_identity_trusts_the_remembered_check(log_dir: pathlib.Path) -> None:
     # The documented limit: a byte changed in place that keeps size and mtime is not re-checked
-    # within the process that already checked the batch.
+    # while the segment stays open; opening it again checks it again.
     sealed = _fill(log_dir)[0]
-    monkeypatch.setattr(segment_module, "_VERIFIED", set())
     with embedlog.open(log_dir, read_only=True) as ro:
         assert len(list(ro.read("t", 0))) == 400
         st = sealed.stat()
@@ -76,20 +71,16 @@ def test_same_identity_trusts_the_remembered_check(
         os.utime(sealed, ns=(st.st_atime_ns, st.st_mtime_ns))
         values = [r.value for r in ro.read("t", 0)]
         assert values[0] is not None and b"X" in values[0]
-    monkeypatch.setattr(segment_module, "_VERIFIED", set())
     with embedlog.open(log_dir, read_only=True) as ro, pytest.raises(embedlog.CorruptBatchError):
         list(ro.read("t", 0))
 
 
-def test_active_segment_crc_is_never_remembered(
-    log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(segment_module, "_VERIFIED", set())
+def test_active_segment_crc_is_never_remembered(log_dir: pathlib.Path) -> None:
     with embedlog.open(log_dir) as log:
         log.create_topic("t")
         log.append_batch("t", [b"a", b"b"])
         assert [r.value for r in log.read("t", 0)] == [b"a", b"b"]
-        assert not segment_module._VERIFIED
+        assert _remembered(log) == 0
 
 
 def test_point_read_below_known_end_does_not_refresh(

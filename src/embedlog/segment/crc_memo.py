@@ -1,25 +1,37 @@
-"""CRC checks remembered per process for the batches of sealed segments.
+"""CRC checks remembered for the batches of a sealed segment while it stays open.
 
-A sealed segment no longer changes, so a batch whose CRC this process has checked once need not
-be checked again on the next read. The memo is keyed by ``(file identity, position)``, the
-identity being ``(device, inode, size, mtime_ns)`` of the open file. A file rewritten since
-(another inode, or the same one with a new size or modification time) has another identity, so
-its batches are checked again; a byte changed in place that keeps the size and the modification
-time is not seen until the process restarts (the trust a page cache gives anyway). The active
-segment and a read-only view's live tail are never remembered: every read checks them.
+A sealed segment no longer changes, so a batch whose CRC was checked once need not be checked
+again on the next read. Each open :class:`~embedlog.segment.segment.Segment` keeps a
+:class:`Memo` of ``(file identity, position)`` pairs, the identity being ``(device, inode, size,
+mtime_ns)`` of its open descriptor (so an inode number is never reused under it). A file
+rewritten in place since (a new size or modification time) has another identity, so its batches
+are checked again; a byte changed in place that keeps the size and the modification time is not
+seen until the segment is opened again (the trust a page cache gives anyway). The active segment
+and a read-only view's live tail are never remembered: every read checks them.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["Checked", "Identity", "identity"]
+__all__ = ["Checked", "Identity", "Memo", "identity"]
 
 Identity = tuple[int, int, int, int]
 
-_VERIFIED: set[tuple[Identity, int]] = set()
-"""``(identity, position)`` of every batch checked so far; cleared at ``_VERIFIED_MAX``."""
-_VERIFIED_MAX = 1 << 20
+MEMO_MAX = 1 << 16
+"""Entries a memo holds before it starts over (a segment holds far fewer batches)."""
+
+
+class Memo:
+    """The checked batches of one open segment."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[Identity, int]] = set()
+
+    def __len__(self) -> int:
+        return len(self.seen)
 
 
 def identity(fd: int) -> Identity:
@@ -29,20 +41,22 @@ def identity(fd: int) -> Identity:
 
 
 class Checked:
-    """The CRC checks of one walk over a segment: every batch is checked unless the segment is
-    sealed (``identity`` not None) and the batch at that position was checked before."""
+    """The CRC checks of one walk over a segment: every batch is checked unless ``memo`` is
+    given (a sealed segment) and holds the batch at that position for ``identity``."""
 
-    __slots__ = ("identity",)
+    __slots__ = ("identity", "memo")
 
-    def __init__(self, identity: Identity | None) -> None:
+    def __init__(self, memo: Memo | None, identity: Identity | None) -> None:
+        self.memo = None if identity is None else memo
         self.identity = identity
 
     def known(self, position: int) -> bool:
-        return self.identity is not None and (self.identity, position) in _VERIFIED
+        return self.memo is not None and (self.identity, position) in self.memo.seen
 
     def remember(self, position: int) -> None:
-        if self.identity is None:
+        memo = self.memo
+        if memo is None or self.identity is None:
             return
-        if len(_VERIFIED) >= _VERIFIED_MAX:
-            _VERIFIED.clear()
-        _VERIFIED.add((self.identity, position))
+        if len(memo.seen) >= MEMO_MAX:
+            memo.seen.clear()
+        memo.seen.add((self.identity, position))

@@ -30,7 +30,7 @@ from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
-from .crc_memo import Checked, Identity, identity
+from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
 from .rules import INT32_MAX, BackwardsError, check_order
 
@@ -101,6 +101,7 @@ class Segment(SegmentFiles):
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index = 0
+        self.crc_memo = Memo()  # CRCs checked while sealed (embedlog.segment.crc_memo)
         self._open_files(writable, suffix)
 
     # ------------------------------------------------------------------ reading
@@ -129,7 +130,7 @@ class Segment(SegmentFiles):
         max_batch = self.settings.max_batch_bytes
         chunk = FIRST_CHUNK
         floor = self.base_offset
-        checked = Checked(self._sealed_identity()) if verify else None
+        checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
         while position < limit:
             buf = self.pread(position, min(chunk, limit - position))
             chunk = min(chunk * 4, READ_CHUNK)
