@@ -448,15 +448,20 @@ class Partition:
         """Records from ``start`` (:func:`embedlog.reader.records`). A bounded read of a
         read-only view below the known end reads the known records first, with no directory
         refresh; only a read that comes up short refreshes (reading on from the known end)."""
-        lean = not self.writable and max_records is not None and start < self.end_offset
-        known = self.end_offset if lean and (end is None or end > self.end_offset) else end
+        if self.writable or max_records is None or start >= self.end_offset:
+            return reader.records(self.topic, self.partition,
+                                  self.batches(start, end, max_records=max_records), max_records)
+        return self._read_known(start, end, max_records)
+
+    def _read_known(self, start: int, end: int | None, max_records: int) -> Iterator[Record]:
+        known = self.end_offset if end is None or end > self.end_offset else end
         got = 0
         for rec in reader.records(self.topic, self.partition,
                                   self.batches(start, known, max_records=max_records),
                                   max_records):
             got += 1
             yield rec
-        if known != end and max_records is not None and got < max_records and known is not None:
+        if known != end and got < max_records:
             yield from self.read(known, end, max_records - got)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:

@@ -13,6 +13,7 @@ into the next segment, or (in a sealed segment) past the log end, is corruption.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 
 from . import _io
 from .errors import CorruptBatchError
@@ -105,13 +106,23 @@ def records(
     batches: Iterable[tuple[fmt.BatchHeader, fmt.DecodedRecords]],
     max_records: int | None,
 ) -> Iterator[Record]:
-    """The records of ``batches`` (at most ``max_records``) as ``Record`` tuples."""
+    """The records of ``batches`` (at most ``max_records``) as ``Record`` tuples (lazily, one
+    batch at a time; handed out by ``chain``, with no generator step per record)."""
+    return chain.from_iterable(_lists(topic, partition, batches, max_records))
+
+
+def _lists(
+    topic: str,
+    partition: int,
+    batches: Iterable[tuple[fmt.BatchHeader, fmt.DecodedRecords]],
+    max_records: int | None,
+) -> Iterator[list[Record]]:
     remaining = max_records
     for header, columns in batches:
         n = len(columns)
         if remaining is not None and n > remaining:
             columns = columns.slice(0, remaining)
-        yield from columns.records(topic, partition, header.timestamp_type)
+        yield columns.records(topic, partition, header.timestamp_type)
         if remaining is not None:
             remaining -= n
             if remaining <= 0:
