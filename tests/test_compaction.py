@@ -539,14 +539,14 @@ def test_real_compacted_kafka_fixture_still_reads_and_compacts(
     os.chmod(copy, 0o750)
     folder = copy / "__consumer_offsets-39"
     before = sorted((p.name, p.read_bytes()) for p in folder.glob("*.log"))
-    with embedlog.open(copy) as log:
+    with embedlog.open(copy, adopt=True) as log:
         log.alter_topic("__consumer_offsets", {"cleanup.policy": "compact"})
         expect = records(log, "__consumer_offsets", 39)
         # the broker's cleaner-offset-checkpoint says 39 -> 18: nothing is dirty
         assert log.compact("__consumer_offsets").passes == 0
     assert sorted((p.name, p.read_bytes()) for p in folder.glob("*.log")) == before
     (copy / "cleaner-offset-checkpoint").unlink()
-    with embedlog.open(copy) as log:
+    with embedlog.open(copy, adopt=True) as log:
         stats = log.compact("__consumer_offsets")
         assert stats.passes >= 1
         got = records(log, "__consumer_offsets", 39)

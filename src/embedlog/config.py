@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidConfigError
 
-__all__ = ["CLEANUP_POLICIES", "COMPRESSION_TYPES", "TopicConfig"]
+__all__ = ["CLEANUP_POLICIES", "COMPRESSION_TYPES", "TopicConfig", "UpkeepConfig"]
 
 LONG_MAX = 2**63 - 1
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
@@ -58,9 +58,13 @@ class TopicConfig:
     """Records older than this make the partition eligible for compaction whatever its ratio."""
     delete_retention_ms: int = _kafka("delete.retention.ms", 0, default=24 * 3600 * 1000)
     """How long tombstones survive after compaction reached them (1 day)."""
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False,
+                                     metadata={"kafka": None, "min": None})
+    """The Kafka names the user set, even to their default value (kept and shown, as Kafka's
+    describe shows explicitly set values)."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
+        for f in _settings():
             value = getattr(self, f.name)
             name, minimum = f.metadata["kafka"], f.metadata["min"]
             if minimum is not None and value < minimum:
@@ -94,8 +98,8 @@ class TopicConfig:
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
         """Build from Kafka config names; values may be strings (as on a command line)."""
-        by_name = {f.metadata["kafka"]: f for f in dataclasses.fields(cls)}
-        kwargs: dict[str, Any] = {}
+        by_name = {f.metadata["kafka"]: f for f in _settings()}
+        kwargs: dict[str, Any] = {"explicit": frozenset((values or {}).keys())}
         for key, raw in (values or {}).items():
             f = by_name.get(key)
             if f is None:
@@ -107,13 +111,33 @@ class TopicConfig:
 
     def to_kafka(self) -> dict[str, Any]:
         """Every setting under its Kafka name."""
-        return {f.metadata["kafka"]: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.metadata["kafka"]: getattr(self, f.name) for f in _settings()}
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings the user set explicitly or that differ from Kafka's defaults: what
+        ``embedlog.json`` stores and ``topics describe`` shows."""
+        default = _DEFAULTS
+        return {k: v for k, v in self.to_kafka().items()
+                if k in self.explicit or default[k] != v}
 
     def merged(self, values: Mapping[str, Any]) -> TopicConfig:
-        """A copy with some Kafka-named settings changed."""
-        merged = self.to_kafka()
-        merged.update(values)
+        """A copy with some Kafka-named settings changed (they count as explicitly set); a
+        ``None`` value resets that setting to Kafka's default."""
+        merged = self.overrides()
+        for key, value in values.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
         return TopicConfig.from_kafka(merged)
+
+
+def _settings() -> tuple[dataclasses.Field[Any], ...]:
+    """The fields that are Kafka settings (not the bookkeeping ``explicit``)."""
+    return tuple(f for f in dataclasses.fields(TopicConfig) if f.metadata["kafka"] is not None)
+
+
+_DEFAULTS = TopicConfig().to_kafka()
 
 
 def _coerce(key: str, type_name: Any, raw: Any) -> Any:
@@ -130,3 +154,55 @@ def _coerce(key: str, type_name: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
     return raw.replace(" ", "")
+
+
+_UPKEEP_NAMES = {
+    "log.initial.delay.ms": "initial_delay_ms",
+    "log.retention.check.interval.ms": "retention_check_interval_ms",
+    "log.cleaner.enable": "cleaner_enable",
+    "log.cleaner.backoff.ms": "cleaner_backoff_ms",
+}
+
+
+@dataclass(frozen=True)
+class UpkeepConfig:
+    """The writer's background upkeep, under Kafka's broker config names and defaults
+    (``embedlog.open(path, upkeep={...})``; ``upkeep=False`` turns it off)."""
+
+    initial_delay_ms: int = 30 * 1000
+    """``log.initial.delay.ms``: the wait after the open before the first retention run and
+    the first cleaner round (30 s)."""
+    retention_check_interval_ms: int = 5 * 60 * 1000
+    """``log.retention.check.interval.ms``: how often retention runs (5 minutes)."""
+    cleaner_enable: bool = True
+    """``log.cleaner.enable``: run the log cleaner on compacted topics."""
+    cleaner_backoff_ms: int = 15 * 1000
+    """``log.cleaner.backoff.ms``: the pause between two cleaner rounds (15 s)."""
+
+    @classmethod
+    def from_kafka(cls, values: Mapping[str, Any]) -> UpkeepConfig:
+        """Build from Kafka broker config names; values may be strings."""
+        kwargs: dict[str, Any] = {}
+        for key, raw in values.items():
+            name = _UPKEEP_NAMES.get(key)
+            if name is None:
+                raise InvalidConfigError(
+                    f"unknown upkeep config {key!r}; known: {', '.join(sorted(_UPKEEP_NAMES))}"
+                )
+            if name == "cleaner_enable":
+                kwargs[name] = _boolean(key, raw)
+                continue
+            value = _coerce(key, "int", raw)
+            minimum = 0 if name == "initial_delay_ms" else 1
+            if value < minimum:
+                raise InvalidConfigError(f"{key} must be >= {minimum}, got {value}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+
+def _boolean(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise InvalidConfigError(f"{key} must be true or false, got {raw!r}")

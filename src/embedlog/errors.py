@@ -29,6 +29,7 @@ __all__ = [
     "InvalidTopicError",
     "LogClosedError",
     "LogPoisonedError",
+    "NotALogError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "PartitionQuarantinedError",
@@ -101,6 +102,11 @@ class ReadOnlyError(UsageError):
 
 class WriterLockedError(UsageError):
     """Another process (or another open in this one) holds the log's writer lock."""
+
+
+class NotALogError(UsageError):
+    """The path is a file, or a folder that is neither an embedlog log nor a Kafka log
+    directory, or a Kafka log directory opened for writing without ``adopt=True``."""
 
 
 class RecordTooLargeError(UsageError, ValueError):

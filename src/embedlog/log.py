@@ -37,6 +37,7 @@ from .errors import (
     UnknownTopicError,
     UsageError,
 )
+from .folder_check import prepare_folder
 from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
 from .naming import validate_topic
 from .partition import Partition, SegmentInfo, now_ms
@@ -46,6 +47,7 @@ from .segment import format as fmt
 from .topics import Topic, TopicTable
 from .transactions import last_stable_offset
 from .txn_coordinator import TxnCoordinator
+from .upkeep import Upkeep
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -65,6 +67,8 @@ class Log(_fork.ForkGuard):
         durability: Durability = "none",
         create: bool = True,
         clock: Any = None,
+        upkeep: bool | Mapping[str, Any] = True,
+        adopt: bool = False,
     ) -> None:
         if durability not in ("none", "fsync"):
             raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
@@ -82,13 +86,17 @@ class Log(_fork.ForkGuard):
         self._compactor: Compactor | None = None
         self._cleaner: CleanerThread | None = None
         self._txn: TxnCoordinator | None = None
-        self._open()
+        self._upkeep = Upkeep(upkeep, self._topics.healthy,
+                              lambda *a: self._compaction().clean_round(*a),
+                              writable=not read_only, clock=self.clock)
+        self._open(adopt)
         self._track_forks()
+        self._upkeep.start()
 
     # ------------------------------------------------------------------ open / close
 
-    def _open(self) -> None:
-        metadata.prepare_root(self.path, create=self._create and not self.read_only)
+    def _open(self, adopt: bool) -> None:
+        prepare_folder(self.path, writing=not self.read_only, create=self._create, adopt=adopt)
         if self.read_only:
             self._topics.load()
             return
@@ -119,6 +127,7 @@ class Log(_fork.ForkGuard):
             if self._writer_lock is not None:
                 self._writer_lock.release()  # unlocks only in the process that locked
             return
+        self._upkeep.stop()
         self.stop_cleaner()
         if self._compactor is not None:  # a compaction running in another thread stops first
             self._compactor.stop(self._topics.partitions())
@@ -415,6 +424,10 @@ class Log(_fork.ForkGuard):
         now_ms = _validate.optional(_validate.timestamp_ms, now_ms, "now_ms")
         return sum(p.enforce_retention(now_ms) for p in self._topics.healthy())
 
+    @property
+    def upkeep(self) -> Upkeep:
+        """Retention and the cleaner on their own (:mod:`embedlog.upkeep`)."""
+        return self._upkeep
     # ------------------------------------------------------------------ compaction
 
     def _compaction(self) -> Compactor:
@@ -452,9 +465,9 @@ class Log(_fork.ForkGuard):
         return total
 
     def start_cleaner(self, interval_s: float = 15.0, *, map_bytes: int | None = None) -> None:
-        """Compact in a background thread: every ``interval_s`` seconds, one pass over each
-        compacted partition whose dirty ratio exceeds ``min.cleanable.dirty.ratio`` or whose
-        oldest uncompacted record is older than ``max.compaction.lag.ms``. Stopped by
+        """A cleaner thread of its own, every ``interval_s`` seconds (the writer's upkeep already
+        runs one every ``log.cleaner.backoff.ms``): one pass over each compacted partition that
+        is due (``min.cleanable.dirty.ratio``, ``max.compaction.lag.ms``). Stopped by
         :meth:`stop_cleaner` and :meth:`close`."""
         self._check_writer()
         interval_s, map_bytes = _validate.cleaner_args(interval_s, map_bytes)
@@ -530,6 +543,8 @@ def open(
     read_only: bool = False,
     durability: Durability = "none",
     create: bool = True,
+    upkeep: bool | Mapping[str, Any] = True,
+    adopt: bool = False,
 ) -> Log:
     """Open (creating it if needed) the log directory at ``path``.
 
@@ -537,5 +552,10 @@ def open(
     appenders share one fsync); ``"none"`` hands data to the OS page cache and leaves syncing to
     :meth:`Log.flush` and :meth:`Log.close`. Only one process may open a directory for writing;
     any number may open it ``read_only=True``.
+
+    A writer runs retention and the cleaner on its own (:mod:`embedlog.upkeep`; ``upkeep``:
+    Kafka's broker settings, or ``False``). A folder that is not a log raises ``NotALogError``
+    (:mod:`embedlog.folder_check`); writing into a Kafka directory needs ``adopt=True``.
     """
-    return Log(path, read_only=read_only, durability=durability, create=create)
+    return Log(path, read_only=read_only, durability=durability, create=create, upkeep=upkeep,
+               adopt=adopt)

@@ -8,10 +8,10 @@
     .kafka_cleanshutdown               present only after a clean close
 
 ``embedlog.json`` layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>,
-"config": {<Kafka name>: <value, only those that differ from the default>}}}}``, replaced
-atomically. A Kafka folder has none: its topics are discovered from the ``<topic>-<partition>``
-folder names (:func:`discover_topics`). Everything read here is untrusted input; a bad file
-raises :class:`~embedlog.errors.CorruptCheckpointError`.
+"config": {<Kafka name>: <value set explicitly or differing from the default>}}}}``,
+replaced atomically. A Kafka folder has none: its topics are discovered from the
+``<topic>-<partition>`` folder names (:func:`discover_topics`). Everything read here is
+untrusted input; a bad file raises :class:`~embedlog.errors.CorruptCheckpointError`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ __all__ = [
     "discover_topics",
     "parse_metadata",
     "partition_folder_count",
-    "prepare_root",
     "read_metadata",
     "read_root_checkpoint",
     "take_clean_marker",
@@ -110,19 +109,6 @@ def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]]) -> 
     _io.write_atomic(
         os.path.join(root, METADATA), json.dumps(doc, indent=1, sort_keys=True).encode()
     )
-
-
-def prepare_root(root: str, *, create: bool) -> None:
-    """Check that the log folder ``root`` exists and is no symbolic link; with ``create`` make
-    it (durably) when its parent exists. A :class:`~embedlog.errors.UsageError` otherwise."""
-    if not os.path.isdir(root):
-        parent = os.path.dirname(root)
-        if not create or not os.path.isdir(parent):
-            raise UsageError(f"no log directory at {root}")
-        _io.mkdir(root)
-        _io.fsync_dir(parent)
-    if os.path.islink(root):
-        raise UsageError(f"{root} is a symlink; open the real directory")
 
 
 def take_clean_marker(root: str) -> bool:
@@ -214,5 +200,4 @@ def parse_metadata(raw: bytes, *, path: str | None = None) -> dict[str, tuple[in
 
 
 def _non_default(config: TopicConfig) -> dict[str, Any]:
-    default = TopicConfig().to_kafka()
-    return {k: v for k, v in config.to_kafka().items() if default[k] != v}
+    return config.overrides()

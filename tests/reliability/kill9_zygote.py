@@ -73,7 +73,7 @@ def child(path: str, seed: int) -> None:
     rng = random.Random(seed)
     fd = os.open(path + ".events", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with _io.use_backend(events(fd)):
-        log = embedlog.open(path, durability="fsync")
+        log = embedlog.open(path, durability="fsync", upkeep=False)
         if TOPIC not in log.topics():
             log.create_topic(TOPIC, PARTITIONS, config=CONFIG)
         emit(fd, "READY")

@@ -14,6 +14,7 @@ CorruptBatchError while peak memory stays bounded.
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -238,3 +239,22 @@ def test_decompression_bomb_is_rejected_with_bounded_memory(name: str) -> None:
     size = os.path.getsize(path)
     assert peak <= 2 * LIMIT + 2 * size + 160 * 1024 * 1024, f"peak RSS {peak >> 20} MiB"
     os.unlink(path)
+
+
+def test_fuzz_targets_leave_no_scratch_folders(tmp_path: pathlib.Path) -> None:
+    """Importing and running the targets makes their scratch folders only when used, and
+    removes them when the process ends."""
+    scratch = str(tmp_path)
+    code = textwrap.dedent("""
+        import fuzz_index, fuzz_metadata, os, sys
+        fuzz_index.test_one_input(b"\\x00\\x00\\x10" + bytes(16))
+        fuzz_metadata.test_one_input(b"\\x02embedlog-segments 1\\n")
+        print(len(os.listdir(sys.argv[1])))
+    """)
+    env = dict(os.environ, TMPDIR=scratch)
+    run = subprocess.run([sys.executable, "-c", code, scratch],
+                         cwd=os.path.join(HERE, "fuzz_targets"), env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split()[-1] == "2"         # both scratch folders existed while running
+    assert os.listdir(scratch) == []             # and are gone after exit

@@ -155,13 +155,13 @@ def test_failed_fsync_poisons_until_reopen(code: str) -> None:
 
     fs = ScriptedFS()
     fs.fail("fsync", persistent=True, code=ERRNOS[code])
-    log = embedlog.open(path, durability="fsync")
+    log = embedlog.open(path, durability="fsync", upkeep=False)
     with _io.use_backend(fs), pytest.raises(Injected) as failed:
         log.append("t", b"v", key=b"k")
     assert failed.value.errno == ERRNOS[code]
     with pytest.raises(embedlog.LogPoisonedError):
         log.append("t", b"w", key=b"k")
     log.close()
-    with embedlog.open(path, durability="fsync") as again:
+    with embedlog.open(path, durability="fsync", upkeep=False) as again:
         assert again.append("t", b"x", key=b"k").offset >= 5
     shutil.rmtree(root, ignore_errors=True)

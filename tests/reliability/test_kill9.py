@@ -187,7 +187,7 @@ def run_kills(total: int) -> list[Lane]:
     root = scratch_dir()
     lanes = [Lane(os.path.join(root, f"lane{i}")) for i in range(LANES)]
     for lane in lanes:
-        with embedlog.open(lane.path) as log:
+        with embedlog.open(lane.path, upkeep=False) as log:
             log.create_topic(TOPIC, PARTITIONS, config=CONFIG)
     threads = [threading.Thread(target=run_lane, args=(lane, total // LANES, i + 1))
                for i, lane in enumerate(lanes)]

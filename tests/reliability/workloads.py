@@ -108,7 +108,7 @@ class Session:
         self.truth = truth
         self.rng = rng
         self.counter = sum(len(r) for r in truth.records.values())
-        self.log = embedlog.open(path, durability="fsync")
+        self.log = embedlog.open(path, durability="fsync", upkeep=False)
 
     def record(self, salt: int = 0) -> Rec:
         i = self.counter
@@ -180,7 +180,7 @@ class Session:
 
     def reopen(self) -> None:
         self.log.close()
-        self.log = embedlog.open(self.path, durability="fsync")
+        self.log = embedlog.open(self.path, durability="fsync", upkeep=False)
 
     def compact(self, topic: str = TOPIC) -> None:
         _io.mark("intent_compact", topic=topic)
@@ -214,7 +214,7 @@ def setup(path: str, *, topics: Sequence[tuple[str, int]] = ((TOPIC, 1),)) -> Tr
     """Create the log with ``SETUP_RECORDS`` records per partition and close it cleanly."""
     truth = Truth()
     s = None
-    log = embedlog.open(path, durability="fsync")
+    log = embedlog.open(path, durability="fsync", upkeep=False)
     try:
         for name, parts in topics:
             log.create_topic(name, parts, config=_config(name))

@@ -7,6 +7,7 @@ Each command lives in its own module; this package wires them to the root group 
 from __future__ import annotations
 
 from .app import cli, main
+from .cleanup import cleanup
 from .compact import compact
 from .consume import consume
 from .demo import demo
@@ -22,5 +23,5 @@ from .verify import verify
 __all__ = ["cli", "main"]
 
 for _command in (topics, produce, consume, dump_log, get_offsets, delete_records,
-                 groups, compact, verify, recover, perf_test, demo):
+                 groups, compact, cleanup, verify, recover, perf_test, demo):
     cli.add_command(_command)

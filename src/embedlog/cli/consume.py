@@ -138,7 +138,9 @@ def _check_usage(partition: bool, offset: bool, from_time: bool, group: str | No
 @click.argument("topic")
 @click.option("--partition", type=click.IntRange(min=0), help="Read only this partition.")
 @click.option("--from-beginning", is_flag=True,
-              help="Start at the log start (with --follow or a group without offsets).")
+              help="With --follow: start at the log start instead of the end (without "
+                   "--follow, and for a group without committed offsets, reading starts at "
+                   "the log start anyway).")
 @click.option("--offset", metavar="N|earliest|latest",
               help="Start at this offset (needs --partition).")
 @click.option("--from-time", type=TIMESTAMP,

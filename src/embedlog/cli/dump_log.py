@@ -5,7 +5,8 @@ directory (embedlog's or a Kafka broker's): folders expand to their ``.log`` fil
 order. Batch lines use ``kafka-dump-log``'s field names; ``--deep-iteration`` adds a line per
 record and ``--print-data-log`` its key and payload. ``--verify-index`` checks every entry of
 the segment's indexes against the log. The exit code is 3 when anything was invalid (a CRC, a
-record, an incomplete tail, an index entry).
+record, an incomplete tail, an index entry), 5 when a segment is in Kafka's unsupported v0/v1
+format.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import click
 
+from ..errors import UnsupportedFormatError
 from ..inspect import (
     SegmentWalk,
     WalkedBatch,
@@ -30,7 +32,7 @@ from ..inspect import (
     time_index_entries,
 )
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
-from .app import EXIT_CORRUPT, CommandError
+from .app import EXIT_CORRUPT, EXIT_UNSUPPORTED, CommandError
 from .jsonbytes import to_json
 from .options import json_option
 from .output import echo_json, timestamp_type_name
@@ -122,6 +124,7 @@ class _Dump:
     data: bool
     verify_index: bool
     problems: int = 0
+    unsupported: bool = False
     docs: list[dict[str, Any]] = field(default_factory=list)
 
     def out(self, line: str) -> None:
@@ -159,6 +162,7 @@ class _Dump:
                                   "error": str(walk.error) if walk.error else None}
         if walk.error is not None:
             self.problems += 1
+            self.unsupported |= isinstance(walk.error, UnsupportedFormatError)
             self.out(f"Error: {walk.error}")
         elif walk.trailing_bytes:
             self.problems += 1
@@ -233,4 +237,4 @@ def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
     if as_json:
         echo_json({"files": dump.docs, "problems": dump.problems})
     if dump.problems:
-        click.get_current_context().exit(EXIT_CORRUPT)
+        click.get_current_context().exit(EXIT_UNSUPPORTED if dump.unsupported else EXIT_CORRUPT)

@@ -60,11 +60,16 @@ def json_option(f: F) -> F:
 
 
 @contextlib.contextmanager
-def open_log(path: str, *, write: bool = False, create: bool = False) -> Iterator[Log]:
+def open_log(
+    path: str, *, write: bool = False, create: bool = False, upkeep: bool = True
+) -> Iterator[Log]:
     """The log at ``path``: read-only (no lock, works beside a running writer, and on a Kafka
-    broker's directory) unless ``write``; ``create`` makes a missing directory."""
+    broker's directory) unless ``write``; ``create`` makes a missing directory. Writing into a
+    Kafka broker's directory needs the root option ``embedlog --adopt``."""
     if write:
-        opened = log_module.open(path, create=create)
+        ctx = click.get_current_context(silent=True)
+        adopt = bool(ctx and ctx.find_root().params.get("adopt"))
+        opened = log_module.open(path, create=create, upkeep=upkeep, adopt=adopt)
     else:
         opened = log_module.open(path, read_only=True)
     with opened:

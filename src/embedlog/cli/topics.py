@@ -53,9 +53,8 @@ def list_topics(log_dir: str, as_json: bool) -> None:
 
 
 def overrides(config: TopicConfig) -> dict[str, Any]:
-    """The settings that differ from Kafka's defaults."""
-    default = TopicConfig().to_kafka()
-    return {k: v for k, v in config.to_kafka().items() if default[k] != v}
+    """The settings set explicitly or differing from Kafka's defaults."""
+    return config.overrides()
 
 
 def topic_report(log: Log, name: str) -> dict[str, Any]:
@@ -118,7 +117,7 @@ def alter(name: str, configs: Sequence[tuple[str, str]], deleted: Sequence[str],
     for key in deleted:
         if key not in default:
             TopicConfig.from_kafka({key: ""})  # raises the unknown-config error
-        changes[key] = default[key]
+        changes[key] = None
     with open_log(log_dir, write=True) as log:
         log.alter_topic(name, changes)
     click.echo(f"Updated config for topic {name}.")

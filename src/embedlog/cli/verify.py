@@ -28,7 +28,8 @@ from typing import Any, Literal
 import click
 
 from ..config import TopicConfig
-from ..errors import CorruptionError, EmbedlogError
+from ..errors import CorruptionError, EmbedlogError, UnsupportedFormatError
+from ..folder_check import check_folder, classify
 from ..groups import GroupState
 from ..inspect import (
     SegmentWalk,
@@ -60,7 +61,7 @@ from ..naming import (
     segment_path,
 )
 from ..records import TopicPartition
-from .app import EXIT_CORRUPT
+from .app import EXIT_CORRUPT, EXIT_UNSUPPORTED
 from .options import dir_option, json_option
 from .output import echo_json, human_bytes, progressbar
 
@@ -90,6 +91,8 @@ class Report:
     records: int = 0
     bytes: int = 0
     problems: list[Problem] = field(default_factory=list)
+    unsupported: bool = False
+    """A segment is in a format embedlog does not read (Kafka's v0/v1): exit code 5."""
 
     @property
     def healthy(self) -> bool:
@@ -256,6 +259,7 @@ class _Checker:
         if walk.bad_batches > listed:
             report.add(walk.path, "error", f"{walk.bad_batches - listed} more bad batches")
         if walk.error is not None:
+            report.unsupported |= isinstance(walk.error, UnsupportedFormatError)
             report.add(walk.path, "error", str(walk.error))
         elif walk.trailing_bytes:
             msg = (f"incomplete batch at byte {walk.valid_bytes} ({walk.trailing_bytes} "
@@ -352,12 +356,17 @@ def _lines(report: Report) -> Iterator[str]:
 @json_option
 def verify(path: str | None, log_dir: str, fix: bool, as_json: bool) -> None:
     """Check CRCs, records, offsets, indexes and checkpoints of the log at PATH (a log
-    directory or one partition folder). Exit code 0: healthy; 3: damage found."""
-    report = verify_path(path or log_dir, fix=fix)
+    directory or one partition folder). Exit code 0: healthy; 3: damage found;
+    5: a segment in Kafka's unsupported v0/v1 format."""
+    root = path or log_dir
+    if classify(root) == "foreign":  # not a log at all: say so instead of listing "damage"
+        check_folder(root, writing=False, adopt=False)
+    report = verify_path(root, fix=fix)
     if as_json:
         echo_json(report.to_json())
     else:
         for line in _lines(report):
             click.echo(line)
     if not report.healthy:
-        click.get_current_context().exit(EXIT_CORRUPT)
+        click.get_current_context().exit(EXIT_UNSUPPORTED if report.unsupported
+                                         else EXIT_CORRUPT)

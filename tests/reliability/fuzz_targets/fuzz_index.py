@@ -13,19 +13,26 @@ with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.errors import CorruptIndexError
     from embedlog.index import OffsetIndex, TimeIndex
 
-DIR = tempfile.mkdtemp(prefix="embedlog-fuzz-index-")
-PATH = os.path.join(DIR, "00000000000000000100.index")
+_SCRATCH: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _index_path() -> str:
+    """The scratch index file, in a folder made on first use and removed at exit."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="embedlog-fuzz-index-"))
+    return os.path.join(_SCRATCH[0].name, "00000000000000000100.index")
 
 
 def test_one_input(data: bytes) -> None:
     if len(data) < 3:
         return
+    path = _index_path()
     kind = TimeIndex if data[0] & 1 else OffsetIndex
     writable = bool(data[0] & 2)
     log_size = int.from_bytes(data[1:3], "big") * 16
-    with open(PATH, "wb") as f:
+    with open(path, "wb") as f:
         f.write(data[3:])
-    idx = kind(PATH, 100, writable=writable, max_bytes=4096)
+    idx = kind(path, 100, writable=writable, max_bytes=4096)
     try:
         with contextlib.suppress(CorruptIndexError):
             idx.sanity_check(log_size)

@@ -14,7 +14,14 @@ with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.manifest import MANIFEST, read_manifest
     from embedlog.metadata import parse_metadata
 
-DIR = tempfile.mkdtemp(prefix="embedlog-fuzz-meta-")
+_SCRATCH: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _scratch() -> str:
+    """A folder for the manifest, made on first use and removed at exit."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="embedlog-fuzz-meta-"))
+    return _SCRATCH[0].name
 
 
 def test_one_input(data: bytes) -> None:
@@ -31,9 +38,10 @@ def test_one_input(data: bytes) -> None:
             for name, (count, _config) in parse_metadata(raw).items():
                 assert name and count > 0
         else:
-            with open(os.path.join(DIR, MANIFEST), "wb") as f:
+            folder = _scratch()
+            with open(os.path.join(folder, MANIFEST), "wb") as f:
                 f.write(raw)
-            assert all(v >= 0 for v in read_manifest(DIR).values())
+            assert all(v >= 0 for v in read_manifest(folder).values())
     except CorruptionError:
         pass
 
