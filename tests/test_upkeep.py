@@ -173,3 +173,20 @@ def test_writing_into_a_kafka_folder_needs_adopt(
         embedlog.open(copy)
     with embedlog.open(copy, read_only=True) as reader:
         assert [r.value for r in reader.read("my-first-topic", 0)][-1] == b"adopted"
+
+
+def test_a_scan_from_the_log_start_follows_retention(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir, upkeep=False) as log:
+        log.create_topic("t", config=small_segments(**{"retention.ms": 1000}))
+        _fill_old(log, "t")
+        log.append("t", b"new")
+        with embedlog.open(log_dir, read_only=True) as reader:
+            assert reader.start_offset("t", 0) == 0
+            scan = log.read("t", 0)
+            first = next(scan)                          # a writer's scan under way
+            log.upkeep.run_once("retention")            # moves the start to 30
+            assert first.offset == 0 and sum(1 for _ in scan) == 30
+            assert [r.value for r in reader.read("t", 0)] == [b"new"]   # from the new start
+            assert [b.base_offset for b in reader.read_batches("t", 0)] == [30]
+            with pytest.raises(embedlog.OffsetOutOfRangeError):       # an explicit offset
+                list(reader.read("t", 0, 5))

@@ -356,14 +356,15 @@ class Log(_fork.ForkGuard):
         max_records: int | None = None,
         end_offset: int | None = None,
     ) -> Iterator[Record]:
-        """Records from ``offset`` (default: the log start) in offset order.
+        """Records from ``offset`` (default: the log start when the scan begins, even if
+        retention moved it meanwhile) in offset order.
 
         Raises :class:`~embedlog.errors.OffsetOutOfRangeError` for an offset below the log start
         or above the log end. Offsets may have gaps (compaction, control batches).
         """
         p = self._partition_of(topic, partition)
         offset, end_offset, max_records = _validate.read_range(offset, end_offset, max_records)
-        return p.read(p.start_offset if offset is None else offset, end_offset, max_records)
+        return p.read(offset, end_offset, max_records)
 
     def read_batches(
         self, topic: str, partition: int, start_offset: int | None = None,
@@ -374,8 +375,7 @@ class Log(_fork.ForkGuard):
         batches too (``is_control``)."""
         p = self._partition_of(topic, partition)
         start_offset, end_offset, _ = _validate.read_range(start_offset, end_offset, None)
-        found = p.batches(p.start_offset if start_offset is None else start_offset, end_offset,
-                          control=control)
+        found = p.batches(start_offset, end_offset, control=control)
         return (record_batch(topic, partition, header, records) for header, records in found)
 
     def read_arrow(self, topics: str | Sequence[str] | None = None, **options: Any) -> Any:

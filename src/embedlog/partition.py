@@ -394,7 +394,7 @@ class Partition:
 
     def batches(
         self,
-        start: int,
+        start: int | None,
         end: int | None = None,
         *,
         control: bool = False,
@@ -403,10 +403,13 @@ class Partition:
         """Data batches whose records fall in ``[start, end)``, each restricted to that range
         (:func:`embedlog.reader.scan`: control batches skipped unless ``control``; with
         ``max_records`` decoded no further than that). The segment list is captured once;
-        segments deleted meanwhile keep being readable through their open descriptors."""
+        segments deleted meanwhile keep being readable through their open descriptors.
+        ``start=None`` is the log start as it is when the scan begins (after retention
+        moved it), never an error."""
         with self.lock:
-            if not self.writable and (start >= self.end_offset or end is None):
+            if not self.writable and (start is None or start >= self.end_offset or end is None):
                 self.refresh()
+            start = self.start_offset if start is None else start
             self.check_range(start)
             stop = self.end_offset if end is None else min(end, self.end_offset)
             segs = list(self.segments[self._segment_index(start) :])
@@ -443,7 +446,7 @@ class Partition:
             return self.end_offset
 
     def read(
-        self, start: int, end: int | None = None, max_records: int | None = None
+        self, start: int | None, end: int | None = None, max_records: int | None = None
     ) -> Iterator[Record]:
         """Records from ``start`` (:func:`embedlog.reader.records`). A bounded read of a
         read-only view below the known end reads the known records first, with no directory
