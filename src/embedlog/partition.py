@@ -393,19 +393,14 @@ class Partition:
             )
 
     def batches(
-        self,
-        start: int | None,
-        end: int | None = None,
-        *,
-        control: bool = False,
+        self, start: int | None, end: int | None = None, *, control: bool = False,
         max_records: int | None = None,
     ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
         """Data batches whose records fall in ``[start, end)``, each restricted to that range
         (:func:`embedlog.reader.scan`: control batches skipped unless ``control``; with
         ``max_records`` decoded no further than that). The segment list is captured once;
         segments deleted meanwhile keep being readable through their open descriptors.
-        ``start=None`` is the log start as it is when the scan begins (after retention
-        moved it), never an error."""
+        ``start=None``: the log start when the scan begins (wherever retention moved it)."""
         with self.lock:
             if not self.writable and (start is None or start >= self.end_offset or end is None):
                 self.refresh()
@@ -451,7 +446,8 @@ class Partition:
         """Records from ``start`` (:func:`embedlog.reader.records`). A bounded read of a
         read-only view below the known end reads the known records first, with no directory
         refresh; only a read that comes up short refreshes (reading on from the known end)."""
-        if self.writable or max_records is None or start >= self.end_offset:
+        if (self.writable or max_records is None or start is None
+                or start >= self.end_offset):
             return reader.records(self.topic, self.partition,
                                   self.batches(start, end, max_records=max_records), max_records)
         return self._read_known(start, end, max_records)
