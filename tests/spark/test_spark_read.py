@@ -46,7 +46,7 @@ def test_full_read_with_headers_equals_python_api(spark: Any, logdir: str) -> No
 def test_explicit_register_and_subscribe(spark: Any, logdir: str) -> None:
     import embedlog.spark
 
-    embedlog.spark.register(spark)  # overrides the discovered source with the same class
+    embedlog.spark.register(spark)  # a no-op when Spark discovered the source
     got = spark_rows(read(spark, logdir, subscribe="other"))
     assert got == expected_rows(logdir, ["other"])
 

@@ -34,6 +34,22 @@ __all__ = ["EmbedlogDataSource", "java_available", "local_session", "register",
            "source_metrics"]
 
 
-def register(spark: Any) -> None:
-    """Register the ``embedlog`` format on a SparkSession (``spark.dataSource.register``)."""
+def register(spark: Any) -> bool:
+    """Register the ``embedlog`` format on a SparkSession (``spark.dataSource.register``)
+    unless Spark already has it -- discovered from the installed package -- which would only
+    make Spark warn that a statically registered source was replaced. Returns whether it
+    registered."""
+    if _known(spark, EmbedlogDataSource.name()):
+        return False
     spark.dataSource.register(EmbedlogDataSource)
+    return True
+
+
+def _known(spark: Any, name: str) -> bool:
+    """Whether the session's data source manager has ``name`` (classic Spark; a Spark Connect
+    session has no JVM handle, and then the source is registered to be sure)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(name))
+    except Exception:  # no JVM session here: register
+        return False
