@@ -17,7 +17,7 @@ API for looking at segment, index and checkpoint files directly. Other modules a
 
 from . import inspect
 from .compaction.stats import CompactionStats
-from .config import TopicConfig
+from .config import TopicConfig, UpkeepConfig
 from .consumer import Consumer, OffsetAndTimestamp
 from .errors import (
     ArgumentOutOfRangeError,
@@ -53,6 +53,7 @@ from .producer import Producer
 from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
 from .segment._native import codec_implementation
 from .txn_producer import TransactionalProducer
+from .upkeep import UpkeepRun
 
 __version__ = "0.1.0"
 
@@ -95,6 +96,8 @@ __all__ = [
     "TransactionalProducer",
     "UnknownTopicError",
     "UnsupportedFormatError",
+    "UpkeepConfig",
+    "UpkeepRun",
     "UsageError",
     "WriterLockedError",
     "__version__",

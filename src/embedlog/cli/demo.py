@@ -73,8 +73,10 @@ def disk_usage(path: str) -> int:
 
 
 def _topic_size(log: Log, topic: str) -> tuple[int, int]:
-    """(log bytes, segments) of a topic."""
-    segs = [s for p in range(log.partition_count(topic)) for s in log.segments(topic, p)]
+    """(log bytes, segments holding data) of a topic: the empty active segments a roll leaves
+    are not counted, so a compaction's before and after compare like with like."""
+    segs = [s for p in range(log.partition_count(topic)) for s in log.segments(topic, p)
+            if s.size]
     return sum(s.size for s in segs), len(segs)
 
 
@@ -224,7 +226,7 @@ def _print_report(r: dict[str, Any]) -> None:
     echo(f"compact   profiles: {human_bytes(k['before_bytes'])} in {k['before_segments']} "
          f"segments, {k['before_records']:,} records -> {human_bytes(k['after_bytes'])} in "
          f"{k['after_segments']} segments, {k['after_records']:,} records "
-         f"({k['seconds']:.2f} s)")
+         f"({k['seconds']:.2f} s; segments holding data)")
     echo(f"spark     local[2] up in {s['startup_s']:.1f} s; full scan of clicks: "
          f"{s['scan_rows']:,} rows in {s['scan_s']:.2f} s ({s['rows_per_sec']:,.0f} rows/s, "
          f"{s['mb_per_sec']:.1f} MB/s of values)")
