@@ -112,3 +112,17 @@ def test_consume_help_says_when_from_beginning_matters(log_dir: pathlib.Path) ->
 @pytest.mark.parametrize("args", [["--help"], ["--version"]])
 def test_help_and_version_still_exit_zero(log_dir: pathlib.Path, args: list[str]) -> None:
     assert _run(log_dir, *args).stdout
+
+
+def test_an_empty_group_offsets_file_is_damage(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir, upkeep=False) as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"a", b"b", b"c"])
+        with log.consumer("t", group="g") as consumer:
+            while consumer.poll(timeout=0.2):
+                consumer.commit()
+    assert "3" in _run(log_dir, "groups", "describe", "g").stdout
+    offsets = log_dir / "__groups" / "g" / "offsets"
+    offsets.write_bytes(b"")
+    _one_line_error(_run(log_dir, "groups", "describe", "g", code=3), "offsets file is empty")
+    _one_line_error(_run(log_dir, "consume", "t", "--group", "g", code=3), "is empty")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 
 from .. import checkpoint
 from .._platform import FileLock
+from ..errors import CorruptCheckpointError
 from ..naming import GROUP_OFFSETS_FILE
 from ..records import TopicPartition
 
@@ -35,6 +36,14 @@ class OffsetStore:
         self.lock_path = lock_path
 
     def read(self) -> dict[TopicPartition, int]:
+        """The committed offsets; none without the file. The file is only ever replaced
+        atomically, so an empty one is damage (not a group to restart from the earliest)."""
+        try:
+            empty = os.path.getsize(self.path) == 0
+        except FileNotFoundError:
+            return {}
+        if empty:
+            raise CorruptCheckpointError("the group's offsets file is empty", path=self.path)
         return checkpoint.read_offsets(self.path)
 
     def committed(self, tp: TopicPartition) -> int | None:
