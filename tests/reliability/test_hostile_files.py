@@ -84,7 +84,7 @@ def segs(path: Path, suffix: str = ".log") -> list[Path]:
 
 
 def read(path: Path, *, read_only: bool) -> tuple[int, list[tuple[int, bytes | None]]]:
-    with embedlog.open(path, read_only=read_only) as log:
+    with embedlog.open(path, read_only=read_only, adopt=not read_only) as log:
         return log.end_offset("t", 0), [(r.offset, r.value) for r in log.read("t", 0)]
 
 
@@ -184,16 +184,16 @@ def test_empty_segment_files_do_not_advance_the_end_offset(bases: list[int]) -> 
     if claimed != N:
         # After a clean close the writer knows where the log ended: a claim beyond is damage.
         with pytest.raises(embedlog.CorruptionError, match="closed cleanly"):
-            writer_open(path)  # the partition is quarantined
+            writer_open(path, adopt=True)  # the partition is quarantined
         (path / ".kafka_cleanshutdown").unlink(missing_ok=True)  # after a crash: Kafka's rule
-    with embedlog.open(path) as log:
+    with embedlog.open(path, adopt=True) as log:
         assert log.end_offset("t", 0) == claimed
         assert log.append("t", b"next").offset == claimed
     left = [int(p.stem) for p in segs(path)]
     assert len(left) - len(segs(TEMPLATE)) <= 1  # the writer deleted the strays
     end, records = read(path, read_only=True)
     assert end == claimed + 1 and records == [*EXPECTED, (claimed, b"next")]
-    with embedlog.open(path) as log:  # and the manifest of sealed sizes agrees
+    with embedlog.open(path, adopt=True) as log:  # and the manifest of sealed sizes agrees
         assert log.end_offset("t", 0) == claimed + 1
 
 
@@ -203,7 +203,7 @@ def test_a_partition_of_empty_segment_files_is_empty() -> None:
     _plant_empty(path, [500, 900, 5000])
     with embedlog.open(path, read_only=True) as log:
         assert log.end_offset("t", 0) == 500 and list(log.read("t", 0)) == []
-    with embedlog.open(path) as log:
+    with embedlog.open(path, adopt=True) as log:
         assert log.append("t", b"x").offset == 500
 
 
@@ -233,7 +233,7 @@ def test_a_follower_segment_with_offset_gaps_reads_everywhere() -> None:
         assert log.offsets_for_times("t", 0, 2003) == 104
     # A writer recovers it (no clean-shutdown marker: every batch is re-validated) and keeps
     # every batch; the indexes it rebuilds agree with verify.
-    with embedlog.open(path) as log:
+    with embedlog.open(path, adopt=True) as log:
         assert log.end_offset("t", 0) == end
         assert log.append("t", b"after").offset == end
     assert read(path, read_only=True) == (end + 1, [*expected, (end, b"after")])
@@ -251,7 +251,7 @@ def test_offsets_that_go_backwards_are_damage_everywhere(bases: list[int]) -> No
     with pytest.raises(embedlog.CorruptionError), embedlog.open(path, read_only=True) as log:
         log.end_offset("t", 0)
     # The writer's recovery cuts the active segment before both colliding batches.
-    with embedlog.open(path) as log:
+    with embedlog.open(path, adopt=True) as log:
         kept = [(r.offset, r.value) for r in log.read("t", 0)]
     assert kept == expected[: 3 * (len(bases) - 2)]
 
