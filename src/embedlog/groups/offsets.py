@@ -17,6 +17,7 @@ lose each other's entries; readers need no lock because the file is replaced ato
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 
 from .. import checkpoint
@@ -39,10 +40,10 @@ class OffsetStore:
         """The committed offsets; none without the file. The file is only ever replaced
         atomically, so an empty one is damage (not a group to restart from the earliest)."""
         try:
-            empty = os.path.getsize(self.path) == 0
+            st = os.lstat(self.path)
         except FileNotFoundError:
             return {}
-        if empty:
+        if stat.S_ISREG(st.st_mode) and st.st_size == 0:  # anything else: the reader refuses it
             raise CorruptCheckpointError("the group's offsets file is empty", path=self.path)
         return checkpoint.read_offsets(self.path)
 
