@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.doubles import ScriptedFS
+from doubles import ScriptedFS
 
 import embedlog
 from embedlog import _handles, _io
