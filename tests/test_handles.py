@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from doubles import ScriptedFS
 
 import embedlog
+from doubles import ScriptedFS
 from embedlog import _handles, _io
 
 _LIMIT = "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))\n"
