@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import pathlib
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("pyarrow")
 
@@ -15,8 +19,9 @@ import pyarrow as pa
 
 import embedlog
 from embedlog import OffsetOutOfRangeError, UnknownTopicError, UsageError
-from embedlog.arrow import DEFAULT_COLUMNS, kafka_arrow_schema, read_arrow
+from embedlog.arrow import DEFAULT_COLUMNS, columns, kafka_arrow_schema, read_arrow
 from embedlog.errors import InvalidConfigError
+from embedlog.segment import _native
 from embedlog.segment import format as fmt
 
 UTC = dt.timezone.utc
@@ -255,3 +260,33 @@ def test_cli_exports(log_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     for bad in (["--format", "parquet"], ["--format", "arrow", "-o", "x", "--follow"]):
         result = runner.invoke(cli, ["consume", "t", *bad])
         assert result.exit_code == 2 and "needs --output" in result.output
+
+
+@pytest.mark.skipif(_native.CORE is None, reason="the compiled core is not built")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), st.binary(max_size=12)), max_size=30), min_size=1,
+                max_size=6),
+       st.integers(0, 3))
+def test_compiled_gather_equals_the_reference_binary_column(
+        chunks: list[list[bytes | None]], gap: int) -> None:
+    """Key/value columns built by the compiled core's gather are the arrays the pure path
+    builds: same items, same nulls, over several chunks with gaps between items."""
+    batches = []
+    for items in chunks:
+        data, pos, lens = b"", [], []
+        for item in items:
+            data += b"\xee" * gap
+            pos.append(len(data))
+            lens.append(-1 if item is None else len(item))
+            data += item or b""
+        col = (np.array(pos, dtype=np.int64), np.array(lens, dtype=np.int32))
+        batches.append((0, SimpleNamespace(buffer=data, key_positions=col[0], key_lengths=col[1],
+                                           value_positions=col[0], value_lengths=col[1])))
+    compiled = columns._binary_column(batches, "value", columns._Joined(batches))
+    saved, _native.CORE = _native.CORE, None
+    try:
+        reference = columns._binary_column(batches, "value", columns._Joined(batches))
+    finally:
+        _native.CORE = saved
+    assert compiled.equals(reference)
+    assert compiled.to_pylist() == [item for items in chunks for item in items]

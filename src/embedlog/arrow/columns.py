@@ -3,8 +3,10 @@
 :class:`ArrowBatcher` collects the ``RecordBatch`` columns of successive Kafka batches of one
 partition and emits Arrow batches of about ``batch_rows`` rows (spark.md: 16-64k rows is the
 fast range; 256k is twice as slow). Columns are built from the decoder's numpy arrays:
-``offset`` and ``timestamp`` are views, ``key``/``value`` one gather each per Arrow batch over
-the chunks' buffers joined once (see :class:`_Joined` and :func:`_binary`), ``topic``/
+``offset`` and ``timestamp`` are views, ``key``/``value`` one gather each per Arrow batch: with
+the compiled core one C pass copying the items straight out of the decoded batches' buffers
+(``_ccodec.gather``), else over the chunks' buffers joined once (see :class:`_Joined` and
+:func:`_binary`; the reference, giving identical arrays), ``topic``/
 ``partition`` constants. Only the columns of the requested schema are built, so a subset schema
 skips the key/value copies.
 ``headers`` is the one column built from Python objects, and only for records that have headers.
@@ -19,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..records import RecordBatch
+from ..segment import _native
 
 __all__ = ["MAX_BATCH_BYTES", "ArrowBatcher", "records_to_batch"]
 
@@ -166,6 +169,9 @@ def _column(
 
 def _binary_column(chunks: Sequence[tuple[int, RecordBatch]], which: str, joined: _Joined
                    ) -> pa.Array:
+    compiled = _compiled_binary(chunks, which)
+    if compiled is not None:
+        return compiled
     data = joined.build()
     if data is None:  # too big to join: one gather per chunk
         return _concat_arrays([_binary(r.buffer, *_pos_len(r, which)) for _, r in chunks],
@@ -178,8 +184,34 @@ def _binary_column(chunks: Sequence[tuple[int, RecordBatch]], which: str, joined
 
 def _pos_len(records: RecordBatch, which: str) -> tuple[Any, Any]:
     if which == "key":
-        return records.key_positions, records.key_lengths
-    return records.value_positions, records.value_lengths
+        pos, lens = records.key_positions, records.key_lengths
+    else:
+        pos, lens = records.value_positions, records.value_lengths
+    return (np.ascontiguousarray(pos, dtype=np.int64),
+            np.ascontiguousarray(lens, dtype=np.int32))
+
+
+def _compiled_binary(chunks: Sequence[tuple[int, RecordBatch]], which: str) -> pa.Array | None:
+    """The column built by the compiled core's ``gather`` (one C pass copying the items out of
+    the chunks' buffers): a null item is an empty one marked invalid, exactly what
+    :func:`_binary` builds. ``None`` without the core or past 2 GiB of items."""
+    core = _native.CORE
+    if core is None:
+        return None
+    sources = [(r.buffer, *_pos_len(r, which)) for _, r in chunks]
+    try:
+        offsets, data, nulls = core.gather(sources)
+    except OverflowError:
+        return None
+    lens = [lens for _, _, lens in sources]
+    n = len(offsets) // 4 - 1
+    bitmap = None
+    if nulls:
+        valid = np.concatenate(lens) >= 0 if len(lens) > 1 else lens[0] >= 0
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
+    )
 
 
 def _concat(parts: list[Any], dtype: type[np.generic]) -> Any:

@@ -540,6 +540,123 @@ py_slices(PyObject *self, PyObject *args)
     return out;
 }
 
+PyDoc_STRVAR(gather_doc,
+"gather(chunks) -> (offsets, data, nulls)\n\n"
+"Arrow's binary layout of the items of ``chunks``, a sequence of (data, pos, lens) with\n"
+"pos int64 and lens int32 columns: item i of a chunk is data[pos[i]:pos[i]+lens[i]], null\n"
+"(an empty item) when lens[i] < 0. ``offsets`` holds n + 1 native int32 item offsets into\n"
+"``data``, the items copied back to back; ``nulls`` counts the null items. ValueError when a\n"
+"position lies outside its chunk's data, OverflowError when the items pass 2 GiB (int32\n"
+"offsets).");
+
+/* One chunk of gather(): its data and its two columns, held while copying. */
+typedef struct {
+    PyObject *data;
+    Py_buffer pos, len;
+    Py_ssize_t n;
+} gather_chunk;
+
+static int
+gather_open(PyObject *item, gather_chunk *c)
+{
+    PyObject *opos, *olen;
+    if (!PyArg_ParseTuple(item, "SOO;gather chunk must be (bytes, pos, lens)", &c->data,
+                          &opos, &olen))
+        return -1;
+    if (PyObject_GetBuffer(olen, &c->len, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    c->n = c->len.len / 4;
+    if (c->len.itemsize != 4 || get_column(opos, &c->pos, 8, 0, c->n) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "column of the wrong item size");
+        PyBuffer_Release(&c->len);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bytes of chunk c's items, or -1 with ValueError when one lies outside its data. */
+static int64_t
+gather_size(const gather_chunk *c, Py_ssize_t *nulls)
+{
+    const int64_t *p = c->pos.buf;
+    const int32_t *l = c->len.buf;
+    int64_t size = PyBytes_GET_SIZE(c->data), total = 0;
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        if (l[i] < 0) {
+            (*nulls)++;
+            continue;
+        }
+        if (p[i] < 0 || p[i] > size - l[i]) {
+            PyErr_SetString(PyExc_ValueError, "column position outside the data");
+            return -1;
+        }
+        total += l[i];
+    }
+    return total;
+}
+
+static PyObject *
+py_gather(PyObject *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "gather() takes a sequence of chunks");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), opened = 0, n = 0, nulls = 0;
+    gather_chunk *cs = PyMem_Calloc(k ? k : 1, sizeof(gather_chunk));
+    PyObject *offsets = NULL, *data = NULL, *result = NULL;
+    int64_t total = 0;
+    if (cs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (opened < k) {
+        if (gather_open(PySequence_Fast_GET_ITEM(seq, opened), &cs[opened]) < 0)
+            goto done;
+        gather_chunk *c = &cs[opened++];
+        int64_t size = gather_size(c, &nulls);
+        if (size < 0)
+            goto done;
+        total += size;
+        n += c->n;
+        if (total > INT32_MAX_ || n >= INT32_MAX_ / 4) {
+            PyErr_SetString(PyExc_OverflowError, "items pass 2 GiB");
+            goto done;
+        }
+    }
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (offsets == NULL || data == NULL)
+        goto done;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *out = PyBytes_AS_STRING(data);
+    int32_t at = 0;
+    *o++ = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        const char *d = PyBytes_AS_STRING(cs[j].data);
+        const int64_t *p = cs[j].pos.buf;
+        const int32_t *l = cs[j].len.buf;
+        for (Py_ssize_t i = 0; i < cs[j].n; i++) {
+            if (l[i] > 0) {
+                memcpy(out + at, d + p[i], (size_t)l[i]);
+                at += l[i];
+            }
+            *o++ = at;
+        }
+    }
+    result = Py_BuildValue("(OOn)", offsets, data, nulls);
+done:
+    for (Py_ssize_t j = 0; j < opened; j++) {
+        PyBuffer_Release(&cs[j].pos);
+        PyBuffer_Release(&cs[j].len);
+    }
+    PyMem_Free(cs);
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_DECREF(seq);
+    return result;
+}
+
 static int
 check_record_type(PyTypeObject *t)
 {
@@ -1011,6 +1128,7 @@ done:
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, decode_doc},
     {"slices", py_slices, METH_VARARGS, slices_doc},
+    {"gather", py_gather, METH_O, gather_doc},
     {"records", py_records, METH_VARARGS, records_doc},
     {"encode", py_encode, METH_VARARGS, encode_doc},
     {NULL, NULL, 0, NULL},

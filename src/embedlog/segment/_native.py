@@ -28,6 +28,8 @@ class Core(Protocol):
 
     def slices(self, data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
 
+    def gather(self, chunks: Sequence[tuple[bytes, Any, Any]], /) -> tuple[bytes, bytes, int]: ...
+
     def records(
         self, record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,
         offsets: Any, timestamps: Any, key_pos: Any, key_len: Any, value_pos: Any,
