@@ -39,6 +39,7 @@ __all__ = [
     "SAFETY",
     "FileSystem",
     "Safety",
+    "atomic_file",
     "backend",
     "close",
     "ensure_dir",
@@ -50,6 +51,7 @@ __all__ = [
     "open_regular",
     "pwrite",
     "read_regular",
+    "regular_size",
     "rename",
     "rmdir",
     "storage_error",
@@ -167,6 +169,20 @@ def read_regular(path: str, max_bytes: int, *,
         return b"".join(parts)
     except OSError as exc:
         raise storage_error(exc, "read", path) from exc
+    finally:
+        os.close(fd)
+
+
+def regular_size(path: str, *, error: type[CorruptionError] = CorruptionError) -> int | None:
+    """The size of the regular file ``path`` (``None`` if it does not exist), taken with
+    ``fstat`` on a descriptor :func:`open_regular` opened: never a size seen through a
+    symbolic link, never a FIFO's or a directory's."""
+    try:
+        fd = open_regular(path, error=error)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.fstat(fd).st_size
     finally:
         os.close(fd)
 
@@ -335,10 +351,18 @@ def mark(kind: str, **info: Any) -> None:
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, never a mix:
     write ``path.tmp``, fsync it, rename over ``path``, fsync the parent directory."""
+    with atomic_file(path) as fd:
+        write(fd, data)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[int]:
+    """A descriptor of a new, empty file that replaces ``path`` when the ``with`` block ends
+    without an error, as :func:`write_atomic` does (for contents written piece by piece)."""
     if not SAFETY.atomic_checkpoint:
         fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            write(fd, data)
+            yield fd
             fsync(fd)
         finally:
             close(fd)
@@ -346,7 +370,7 @@ def write_atomic(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
     fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
-        write(fd, data)
+        yield fd
         if SAFETY.fsync_before_rename:
             fsync(fd)
     finally:

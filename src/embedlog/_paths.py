@@ -14,7 +14,11 @@ each component with ``lstat`` and creating the missing ones durably through :mod
 symbolic link (or a file) where a folder belongs is damage
 (:class:`~embedlog.errors.CorruptionError`), never followed -- so nothing outside the log folder is
 ever created, written or deleted through a planted link. Files inside are opened with
-``O_NOFOLLOW`` by :mod:`embedlog._io`.
+``O_NOFOLLOW`` by :mod:`embedlog._io`. :func:`existing_folder` is the read side of the same walk
+(a command that only looks, such as ``embedlog groups``, must not follow a link either).
+
+Besides checked names, :func:`join` accepts the fixed folder names of :data:`FIXED_NAMES`
+(``lost+found``), which are constants of :mod:`embedlog.naming`, never input.
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ from typing import Final
 
 from . import _io
 from .errors import CorruptionError, EmbedlogError, StorageError
+from .naming import LOST_FOUND_DIR
 
-__all__ = ["MAX_COMPONENT", "component", "folder", "join"]
+__all__ = ["FIXED_NAMES", "MAX_COMPONENT", "component", "existing_folder", "folder", "join"]
 
 MAX_COMPONENT: Final = 249
 """Kafka's limit for a topic name, applied to every name embedlog joins to a path."""
 
 _COMPONENT_RE: Final = re.compile(r"[a-zA-Z0-9._-]+\Z")
+
+FIXED_NAMES: Final = frozenset({LOST_FOUND_DIR})
+"""Folder names outside the component charset that :func:`join` accepts: constants, not input."""
 
 
 def component(name: object, what: str, error: type[EmbedlogError]) -> str:
@@ -51,9 +59,10 @@ def component(name: object, what: str, error: type[EmbedlogError]) -> str:
 
 
 def join(root: str, *names: str) -> str:
-    """``root/names...`` for names that already passed :func:`component` (asserted)."""
+    """``root/names...`` for names that already passed :func:`component` or are
+    :data:`FIXED_NAMES` (asserted)."""
     for name in names:
-        assert _COMPONENT_RE.match(name) and name not in (".", ".."), name
+        assert name in FIXED_NAMES or (_COMPONENT_RE.match(name) and name not in (".", "..")), name
     return os.path.join(root, *names)
 
 
@@ -77,6 +86,14 @@ def folder(root: str, *names: str, create: bool = True) -> str:
             kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
             raise CorruptionError(f"expected a folder, found {kind}", path=path)
     return path
+
+
+def existing_folder(root: str, *names: str) -> str | None:
+    """The folder ``root/names...`` if it exists, ``None`` if it does not; checked as
+    :func:`folder` checks it (a symbolic link or a file on the way is a
+    :class:`~embedlog.errors.CorruptionError`), and never created."""
+    path = folder(root, *names, create=False)
+    return path if os.path.lexists(path) else None
 
 
 def _mkdir(path: str) -> None:

@@ -32,12 +32,16 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from . import _io, checkpoint
 from ._batch import record_batch
 from ._platform import WriterLock
 from .config import TopicConfig
-from .errors import CorruptBatchError, CorruptIndexError
+from .errors import CorruptBatchError, CorruptIndexError, CorruptionError
 from .index import OffsetIndex, TimeIndex
+from .index.base import DEFAULT_MAX_BYTES
 from .manifest import read_manifest
 from .naming import (
     INDEX_SUFFIX,
@@ -49,6 +53,7 @@ from .naming import (
 )
 from .records import RecordBatch, TopicPartition
 from .segment import format as fmt
+from .segment.header import max_batches
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
@@ -63,6 +68,7 @@ __all__ = [
     "read_checkpoint",
     "read_segment_manifest",
     "rebuild_indexes",
+    "regular_file_size",
     "segment_file",
     "segment_files",
     "time_index_entries",
@@ -90,21 +96,35 @@ def segment_file(path: str) -> tuple[str, int, str]:
 
 
 def segment_files(path: str) -> list[str]:
-    """``path`` itself if it is a file; else the ``.log`` files of a partition folder, or of
-    every partition folder of a log directory, in (topic, partition, offset) order."""
-    if not os.path.isdir(path):
-        if not os.path.exists(path):
+    """``path`` itself if it is a file or has a segment file's name; else the ``.log`` files of
+    a partition folder, or of every partition folder of a log directory, in (topic, partition,
+    offset) order. Only ``path`` itself may be a symbolic link: a partition folder that is one
+    is a :class:`~embedlog.errors.CorruptionError`, never followed."""
+    if _is_segment_name(path) or not os.path.isdir(path):
+        if not os.path.lexists(path):
             raise FileNotFoundError(2, "No such file or directory", path)
         return [path]
     name = os.path.basename(os.path.normpath(path))
     if parse_partition_dir(name) is not None:
         return sorted(os.path.join(path, f) for f in os.listdir(path) if _is_log(f))
-    folders = sorted(
-        (parsed, entry.path)
-        for entry in os.scandir(path)
-        if entry.is_dir() and (parsed := parse_partition_dir(entry.name)) is not None
-    )
-    return [f for _, folder in folders for f in segment_files(folder)]
+    folders = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            parsed = parse_partition_dir(entry.name)
+            if parsed is not None and entry.is_symlink():
+                raise CorruptionError("expected a folder, found a symbolic link",
+                                      path=entry.path)
+            if parsed is not None and entry.is_dir(follow_symlinks=False):
+                folders.append((parsed, entry.path))
+    return [f for _, folder in sorted(folders) for f in segment_files(folder)]
+
+
+def _is_segment_name(path: str) -> bool:
+    try:
+        segment_file(path)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_log(name: str) -> bool:
@@ -222,38 +242,60 @@ class SegmentWalk:
 
 
 def offset_index_entries(path: str, base_offset: int) -> list[tuple[int, int]]:
-    """``(offset, position)`` of each entry of the ``.index`` at ``path``."""
-    with OffsetIndex(path, base_offset, writable=False) as index:
-        rows = index.entries()
+    """``(offset, position)`` of each entry of the ``.index`` at ``path``: at most as many as
+    the segment's ``.log`` beside it justifies (one per 61-byte batch; none without a log)."""
+    rows = _index_rows(OffsetIndex, path, base_offset)
     return [(base_offset + rel, pos)
             for rel, pos in zip(rows["rel"].tolist(), rows["pos"].tolist(), strict=True)]
 
 
 def time_index_entries(path: str, base_offset: int) -> list[tuple[int, int]]:
-    """``(timestamp, offset)`` of each entry of the ``.timeindex`` at ``path``."""
-    with TimeIndex(path, base_offset, writable=False) as index:
-        rows = index.entries()
+    """``(timestamp, offset)`` of each entry of the ``.timeindex`` at ``path``, bounded as
+    :func:`offset_index_entries` is."""
+    rows = _index_rows(TimeIndex, path, base_offset)
     return [(ts, base_offset + rel)
             for ts, rel in zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True)]
 
 
-def _sanity_problems(index: OffsetIndex | TimeIndex, walk: SegmentWalk) -> list[str]:
-    """The index's own consistency problem (closing it), if any, as a one-item list."""
+def _index_rows(cls: type[OffsetIndex | TimeIndex], path: str, base_offset: int
+                ) -> npt.NDArray[np.void]:
+    log_size = _io.regular_size(segment_path(os.path.dirname(os.path.abspath(path)),
+                                             base_offset, LOG_SUFFIX)) or 0
+    with cls(path, base_offset, writable=False,
+             entry_limit=max_batches(log_size)) as index:
+        return index.entries()
+
+
+def _index_problems(cls: type[OffsetIndex | TimeIndex], path: str, walk: SegmentWalk,
+                    max_bytes: int) -> tuple[list[str], npt.NDArray[np.void] | None]:
+    """The index's own problems (none: its entries). Bounded as a writer bounds it: what the
+    log justifies or the pre-allocated ``max_bytes`` (``segment.index.bytes``) of a live or
+    crashed writer's active index, whichever is larger; anything longer is a problem, and so
+    is something that is not a regular file."""
+    limit = max(max_batches(walk.size), max_bytes // cls.ENTRY_SIZE)
+    try:
+        index = cls(path, walk.base_offset, writable=False, entry_limit=limit)
+    except CorruptIndexError as exc:
+        return [str(exc)], None
     with index:
         try:
             index.sanity_check(walk.size)
         except CorruptIndexError as exc:
-            return [str(exc)]
-    return []
+            return [str(exc)], None
+        return [], index.entries()
 
 
-def check_offset_index(path: str, walk: SegmentWalk) -> list[str]:
-    """Problems of the ``.index`` at ``path`` against a completed walk of its log."""
-    problems = _sanity_problems(OffsetIndex(path, walk.base_offset, writable=False), walk)
-    if problems:
+def check_offset_index(path: str, walk: SegmentWalk, *,
+                       max_bytes: int = DEFAULT_MAX_BYTES) -> list[str]:
+    """Problems of the ``.index`` at ``path`` against a completed walk of its log;
+    ``max_bytes``: the topic's ``segment.index.bytes`` (a writer pre-allocates that much)."""
+    problems, rows = _index_problems(OffsetIndex, path, walk, max_bytes)
+    if rows is None:
         return problems
     positions = walk.positions
-    for i, (offset, pos) in enumerate(offset_index_entries(path, walk.base_offset)):
+    pairs = zip(rows["rel"].tolist(), rows["pos"].tolist(), strict=True)
+    for i, (rel, pos) in enumerate(pairs):
+        offset = walk.base_offset + rel
         k = bisect.bisect_left(positions, pos)
         if k == len(positions) or positions[k] != pos:
             problems.append(f"entry {i} (offset {offset}) points to byte {pos}, "
@@ -266,12 +308,16 @@ def check_offset_index(path: str, walk: SegmentWalk) -> list[str]:
     return problems
 
 
-def check_time_index(path: str, walk: SegmentWalk) -> list[str]:
-    """Problems of the ``.timeindex`` at ``path`` against a completed walk of its log."""
-    problems = _sanity_problems(TimeIndex(path, walk.base_offset, writable=False), walk)
-    if problems:
+def check_time_index(path: str, walk: SegmentWalk, *,
+                     max_bytes: int = DEFAULT_MAX_BYTES) -> list[str]:
+    """Problems of the ``.timeindex`` at ``path`` against a completed walk of its log
+    (``max_bytes`` as for :func:`check_offset_index`)."""
+    problems, rows = _index_problems(TimeIndex, path, walk, max_bytes)
+    if rows is None:
         return problems
-    for i, (ts, offset) in enumerate(time_index_entries(path, walk.base_offset)):
+    pairs = zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True)
+    for i, (ts, rel) in enumerate(pairs):
+        offset = walk.base_offset + rel
         k = walk.batch_index(offset)
         if k is None:
             problems.append(f"entry {i} names offset {offset}, past the end of the "
@@ -286,6 +332,13 @@ def read_checkpoint(path: str) -> dict[TopicPartition, int]:
     """Entries of a Kafka checkpoint file (a missing file has none); see
     :mod:`embedlog.checkpoint`."""
     return checkpoint.read_offsets(path)
+
+
+def regular_file_size(path: str) -> int | None:
+    """The size of the regular file ``path``, ``None`` if there is none; measured on a
+    descriptor, so a symbolic link is never followed and a FIFO never opened blocking:
+    something other than a regular file is a :class:`~embedlog.errors.CorruptionError`."""
+    return _io.regular_size(path)
 
 
 def read_segment_manifest(directory: str) -> dict[int, int]:
@@ -318,7 +371,7 @@ def rebuild_indexes(directory: str, base_offset: int, config: TopicConfig | None
     )
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         path = segment_path(directory, base_offset, suffix)
-        if os.path.exists(path):
+        if os.path.lexists(path):  # a link or a FIFO in its place goes too, unfollowed
             _io.unlink(path)
     seg = Segment(directory, base_offset, settings, writable=True)
     try:

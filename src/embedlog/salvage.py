@@ -31,19 +31,26 @@ and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Final
 
-from . import _io, checkpoint, loader
+from . import _io, _paths, checkpoint, loader
 from .config import TopicConfig
 from .errors import CorruptionError
+from .index._fileops import data_extents
 from .inspect import SegmentWalk, rebuild_indexes
 from .manifest import read_manifest, write_manifest
 from .metadata import CLEAN_SHUTDOWN, LOG_START, RECOVERY_POINT, read_metadata
-from .naming import LOG_SUFFIX, damaged_path, parse_partition_dir, segment_path
+from .naming import LOG_SUFFIX, LOST_FOUND_DIR, damaged_path, parse_partition_dir, segment_path
 from .records import TopicPartition
 
-__all__ = ["Loss", "salvage"]
+__all__ = ["COPY_CHUNK", "Loss", "salvage"]
+
+COPY_CHUNK: Final = 1 << 20
+"""The most bytes of a segment a salvage holds in memory at once."""
 
 
 @dataclass(frozen=True)
@@ -151,39 +158,53 @@ def _walk_end(directory: str, base: int) -> int:
     return walk.next_offset
 
 
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[int]:
+    """A read descriptor of the regular file ``path`` (a FIFO must not block the salvage, a
+    symbolic link is not followed: :func:`embedlog._io.open_regular`)."""
+    fd = _io.open_regular(path)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def _segment(root: str, name: str, base: int, next_base: int, end: int, sealed_size: int | None,
              losses: list[Loss], apply: bool) -> tuple[int, int]:
     """Walk one sealed segment; keep its valid batches, move the rest aside. Returns the end
     offset after it and its (new) size."""
     directory = os.path.join(root, name)
-    path = segment_path(directory, base, LOG_SUFFIX)
-    with open(path, "rb") as f:
-        data = f.read()
-    walk = SegmentWalk(directory, base, decode=True)
-    keep: list[tuple[int, int, int, int]] = []  # (position, size, base, last) of valid batches
-    bad: list[tuple[int, int, str]] = []  # (position, size, reason) of invalid ranges
-    for batch in walk:
-        h = batch.header
-        if batch.error is None and h.base_offset >= end and h.last_offset < next_base:
-            keep.append((batch.position, h.size, h.base_offset, h.last_offset))
-            end = h.last_offset + 1
-        else:
-            reason = batch.error or f"offsets {h.base_offset}..{h.last_offset} out of order"
-            bad.append((batch.position, h.size, reason))
-    if walk.error is not None or walk.trailing_bytes:
-        reason = str(walk.error.reason) if walk.error is not None else "incomplete batch"
-        bad.append((walk.valid_bytes, len(data) - walk.valid_bytes, reason))
-    if not bad:
-        if sealed_size is not None and sealed_size > len(data):
-            losses.append(Loss(name, end, next_base - 1, sealed_size - len(data), None,
-                               f"sealed segment {base} was cut from {sealed_size} to "
-                               f"{len(data)} bytes"))
-        return end, len(data)
-    _report_bad(root, name, base, bad, keep, next_base, losses)
-    if apply:
-        _rewrite(path, data, [(pos, size) for pos, size, _, _ in keep], bad,
-                 losses[-len(_merge(bad)):])
-    return end, sum(k[1] for k in keep)
+    with _opened(segment_path(directory, base, LOG_SUFFIX)) as fd:
+        size = os.fstat(fd).st_size
+        walk = SegmentWalk(directory, base, decode=True)
+        keep: list[tuple[int, int, int, int]] = []  # (position, size, base, last): valid
+        bad: list[tuple[int, int, str]] = []  # (position, size, reason) of invalid ranges
+        for batch in walk:
+            h = batch.header
+            if batch.error is None and h.base_offset >= end and h.last_offset < next_base:
+                keep.append((batch.position, h.size, h.base_offset, h.last_offset))
+                end = h.last_offset + 1
+            else:
+                reason = (batch.error
+                          or f"offsets {h.base_offset}..{h.last_offset} out of order")
+                bad.append((batch.position, h.size, reason))
+        if walk.error is not None or walk.trailing_bytes:
+            reason = str(walk.error.reason) if walk.error is not None else "incomplete batch"
+            bad.append((walk.valid_bytes, size - walk.valid_bytes, reason))
+        if walk.size != size:
+            raise CorruptionError("the segment changed while it was salvaged", path=walk.path)
+        if not bad:
+            if sealed_size is not None and sealed_size > size:
+                losses.append(Loss(name, end, next_base - 1, sealed_size - size, None,
+                                   f"sealed segment {base} was cut from {sealed_size} to "
+                                   f"{size} bytes"))
+            return end, size
+        _report_bad(root, name, base, bad, keep, next_base, losses)
+        if apply:
+            lost_dir = _paths.folder(root, LOST_FOUND_DIR, name)
+            _rewrite(fd, walk.path, lost_dir, [(pos, n) for pos, n, _, _ in keep], bad,
+                     losses[-len(_merge(bad)):])
+        return end, sum(k[1] for k in keep)
 
 
 def _merge(bad: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -211,15 +232,36 @@ def _report_bad(root: str, name: str, base: int, bad: list[tuple[int, int, str]]
                            f"segment {base}, byte {pos}: {reason}"))
 
 
-def _rewrite(path: str, data: bytes, keep: list[tuple[int, int]],
+def _rewrite(fd: int, path: str, lost_dir: str, keep: list[tuple[int, int]],
              bad: list[tuple[int, int, str]], losses: list[Loss]) -> None:
-    """Move the invalid ranges to their ``.damaged`` files, then replace the segment with its
-    valid batches (each step durable before the next)."""
+    """Move the invalid ranges of the segment open as ``fd`` to their ``.damaged`` files in
+    ``lost_dir`` (made by :func:`embedlog._paths.folder`: real folders only, so nothing is
+    written outside the log through a planted link), then replace the segment with its valid
+    batches (each step durable before the next)."""
     for (pos, size, _), loss in zip(_merge(bad), losses, strict=True):
-        assert loss.moved_to is not None
-        _io.ensure_dir(os.path.dirname(loss.moved_to))
-        _io.write_atomic(loss.moved_to, data[pos:pos + size])
-    _io.write_atomic(path, b"".join(data[pos:pos + size] for pos, size in keep))
+        assert loss.moved_to is not None and os.path.dirname(loss.moved_to) == lost_dir
+        _copy(fd, path, [(pos, size)], loss.moved_to)
+    _copy(fd, path, keep, path)
+
+
+def _copy(src: int, src_path: str, ranges: list[tuple[int, int]], dest: str) -> None:
+    """Replace ``dest`` with the ``(position, size)`` ranges of the file open as ``src``, one
+    after the other, atomically. Never more than :data:`COPY_CHUNK` bytes in memory, and holes
+    of a sparse source stay holes: a damaged sparse 16 GiB tail costs neither 16 GiB of memory
+    nor of disk."""
+    with _io.atomic_file(dest) as fd:
+        out = 0
+        for pos, size in ranges:
+            for lo, hi in data_extents(src, pos, pos + size):
+                while lo < hi:
+                    chunk = os.pread(src, min(COPY_CHUNK, hi - lo), lo)
+                    if not chunk:
+                        raise CorruptionError("the segment shrank while it was salvaged",
+                                              path=src_path, position=lo)
+                    _io.pwrite(fd, chunk, out + lo - pos)
+                    lo += len(chunk)
+            out += size
+        _io.truncate(fd, out)
 
 
 def _log_starts(root: str, ends: dict[TopicPartition, int], apply: bool) -> list[Loss]:

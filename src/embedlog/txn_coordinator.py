@@ -56,6 +56,8 @@ from .transactions import aborted_ranges
 __all__ = ["TxnCoordinator", "TxnEntry", "write_marker"]
 
 _VERSION: Final = 1
+_MAX_STATE_BYTES: Final = 64 * 1024 * 1024
+"""The most bytes of ``embedlog.transactions`` read (a regular file only, never followed)."""
 _STATES: Final = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
                             "CompleteCommit", "CompleteAbort"})
 _MAX_EPOCH: Final = 32766
@@ -139,15 +141,18 @@ class TxnCoordinator:
     @staticmethod
     def present(directory: str) -> bool:
         """Whether the log in ``directory`` has a state file (a coordinator to recover)."""
-        return os.path.exists(os.path.join(directory, TXN_STATE_FILE))
+        return os.path.lexists(os.path.join(directory, TXN_STATE_FILE))
 
     def _load(self) -> dict[str, TxnEntry]:
-        try:
-            with open(self.path, "rb") as f:
-                raw = json.loads(f.read())
-        except FileNotFoundError:
+        data = _io.read_regular(self.path, _MAX_STATE_BYTES + 1, error=CorruptCheckpointError)
+        if data is None:
             return {}
-        except (OSError, ValueError) as exc:
+        if len(data) > _MAX_STATE_BYTES:
+            raise CorruptCheckpointError(f"transaction state is larger than {_MAX_STATE_BYTES} "
+                                         "bytes", path=self.path)
+        try:
+            raw = json.loads(data)
+        except ValueError as exc:
             raise CorruptCheckpointError(f"unreadable transaction state: {exc}",
                                          path=self.path) from exc
         try:

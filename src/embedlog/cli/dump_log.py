@@ -177,7 +177,7 @@ class _Dump:
         for suffix, check in ((INDEX_SUFFIX, check_offset_index),
                               (TIMEINDEX_SUFFIX, check_time_index)):
             path = walk.path[: -len(LOG_SUFFIX)] + suffix
-            if os.path.exists(path):
+            if os.path.lexists(path):  # a link or a FIFO there is reported, not followed
                 problems += [f"{os.path.basename(path)}: {p}" for p in check(path, walk)]
         return self._report_index(problems)
 

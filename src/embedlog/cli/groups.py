@@ -16,9 +16,16 @@ from typing import Any
 import click
 
 from ..errors import GroupError, UnknownTopicError
-from ..groups import ASSIGNORS, GroupState, OffsetStore, group_directory, live_members
+from ..groups import (
+    ASSIGNORS,
+    GroupState,
+    OffsetStore,
+    group_directory,
+    group_names,
+    live_members,
+)
 from ..log import Log
-from ..naming import GROUP_LOCK_FILE, GROUP_STATE_FILE, GROUPS_DIR, validate_topic
+from ..naming import GROUP_LOCK_FILE, GROUP_STATE_FILE
 from ..records import TopicPartition
 from .options import TIMESTAMP, dir_option, json_option, open_log, select_partitions
 from .output import echo_json, table
@@ -38,9 +45,8 @@ class GroupView:
 
     @classmethod
     def load(cls, log: Log, name: str) -> GroupView:
-        validate_topic(name)  # groups follow the topic-name rule
-        directory = os.path.join(log.path, GROUPS_DIR, name)
-        if not os.path.isdir(directory):
+        directory = _existing_group(log, name)
+        if directory is None:
             raise GroupError(f"consumer group {name!r} does not exist in {log.path}")
         state = GroupState.read(os.path.join(directory, GROUP_STATE_FILE))
         committed = OffsetStore(directory, os.path.join(directory, GROUP_LOCK_FILE)).read()
@@ -68,11 +74,12 @@ def _count(log: Log, topic: str) -> int:
         return 0
 
 
-def group_names(log: Log) -> list[str]:
-    root = os.path.join(log.path, GROUPS_DIR)
-    if not os.path.isdir(root):
-        return []
-    return sorted(e.name for e in os.scandir(root) if e.is_dir())
+def _existing_group(log: Log, name: str) -> str | None:
+    """The folder of group ``name`` if it exists; checked as the library checks it (a valid
+    name; ``__groups`` and the group folder real folders, a symbolic link is a
+    :class:`~embedlog.errors.CorruptionError`, never followed)."""
+    directory = group_directory(log.path, name, create=False)
+    return directory if os.path.lexists(directory) else None
 
 
 def describe_group(log: Log, view: GroupView) -> dict[str, Any]:
@@ -113,7 +120,7 @@ def groups() -> None:
 def list_groups(log_dir: str, as_json: bool) -> None:
     """List consumer groups."""
     with open_log(log_dir) as log:
-        names = group_names(log)
+        names = group_names(log.path)
     if as_json:
         echo_json(names)
     else:
@@ -129,7 +136,7 @@ def describe(names: Sequence[str], log_dir: str, as_json: bool) -> None:
     """Show committed offsets, log end offsets, lag per partition and members of the NAMES
     groups (all groups if none is given)."""
     with open_log(log_dir) as log:
-        docs = [describe_group(log, GroupView.load(log, n)) for n in names or group_names(log)]
+        docs = [describe_group(log, GroupView.load(log, n)) for n in names or group_names(log.path)]
     if as_json:
         echo_json(docs)
         return
@@ -214,7 +221,7 @@ def reset_offsets(group: str, topic_specs: Sequence[str], all_topics: bool, to_e
         raise click.UsageError("give --topic (repeatable) or --all-topics")
     [(how, value)] = chosen.items()
     with open_log(log_dir) as log:
-        exists = os.path.isdir(os.path.join(log.path, GROUPS_DIR, group))
+        exists = _existing_group(log, group) is not None
         view = GroupView.load(log, group) if exists or all_topics else None
         committed = view.committed if view else {}
         targets: list[TopicPartition] = []

@@ -38,6 +38,7 @@ from ..inspect import (
     read_checkpoint,
     read_segment_manifest,
     rebuild_indexes,
+    regular_file_size,
     segment_file,
     writer_lock,
 )
@@ -117,15 +118,26 @@ class _Partition:
 
 
 def _partition_folders(root: str) -> tuple[bool, list[str]]:
-    """``(is_log_dir, partition folders)``: a log directory's partition folders, or ``root``
-    itself when it is a partition folder."""
+    """``(is_log_dir, partition folders)``: a log directory's partition folders (real ones:
+    :func:`_linked_folders` reports symbolic links), or ``root`` itself when it is a partition
+    folder."""
     folders = sorted(
         entry.path for entry in os.scandir(root)
-        if entry.is_dir() and parse_partition_dir(entry.name) is not None
+        if entry.is_dir(follow_symlinks=False) and parse_partition_dir(entry.name) is not None
     )
     if not folders and parse_partition_dir(os.path.basename(os.path.normpath(root))):
         return False, [root]
     return True, folders
+
+
+def _linked_folders(folder: str, report: Report, *, partitions: bool) -> None:
+    """Report each symbolic link in ``folder`` where a partition folder (``partitions``) or a
+    group folder belongs: it is never followed."""
+    with os.scandir(folder) as entries:
+        links = [e.path for e in entries
+                 if e.is_symlink() and (not partitions or parse_partition_dir(e.name))]
+    for link in sorted(links):
+        report.add(link, "error", "expected a folder, found a symbolic link (not followed)")
 
 
 def _configs(root: str, report: Report) -> dict[TopicPartition, TopicConfig]:
@@ -169,10 +181,14 @@ def _check_root(root: str, report: Report, ends: dict[TopicPartition, int]) -> N
 def _check_groups(root: str, report: Report) -> None:
     """Every consumer group's state and committed-offsets files parse."""
     groups_dir = os.path.join(root, GROUPS_DIR)
+    if os.path.islink(groups_dir):
+        report.add(groups_dir, "error", "expected a folder, found a symbolic link (not followed)")
+        return
     if not os.path.isdir(groups_dir):
         return
+    _linked_folders(groups_dir, report, partitions=False)
     for entry in sorted(os.scandir(groups_dir), key=lambda e: e.name):
-        if not entry.is_dir():
+        if not entry.is_dir(follow_symlinks=False):
             continue
         state = os.path.join(entry.path, GROUP_STATE_FILE)
         offsets = os.path.join(entry.path, GROUP_OFFSETS_FILE)
@@ -204,8 +220,12 @@ def _check_manifest(directory: str, bases: list[int], report: Report) -> None:
             if bases and bases[0] < base < bases[-1]:
                 report.add(path, "error", "sealed segment is missing")
             continue
-        actual = os.path.getsize(path)
-        if actual != size:
+        try:
+            actual = regular_file_size(path)
+        except CorruptionError as exc:  # the walk of the segment reports it as well
+            report.add(path, "error", str(exc))
+            continue
+        if actual is not None and actual != size:
             report.add(path, "error", f"sealed segment is {actual} bytes; it was sealed at "
                                       f"{size}")
 
@@ -288,13 +308,13 @@ class _Checker:
         for suffix, check in ((INDEX_SUFFIX, check_offset_index),
                               (TIMEINDEX_SUFFIX, check_time_index)):
             path = stem + suffix
-            if not os.path.exists(path):
+            if not os.path.lexists(path):
                 if walk.valid_bytes > part.config.index_interval_bytes:
                     self.report.add(path, "warning", "index is missing (readers scan the log)",
                                     fixable=not damaged_log)
                     broken.append(self.report.problems[-1])
                 continue
-            for message in check(path, walk):
+            for message in check(path, walk, max_bytes=part.config.segment_index_bytes):
                 self.report.add(path, "error", message, fixable=not damaged_log)
                 broken.append(self.report.problems[-1])
         if self.fix and broken and not damaged_log:
@@ -320,7 +340,7 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
             tp = TopicPartition(*parsed) if parsed else None
             config = configs.get(tp) if tp else None
             parts.append(_Partition(folder, tp, config or TopicConfig()))
-        total = sum(os.path.getsize(segment_path(p.directory, b, LOG_SUFFIX))
+        total = sum(os.lstat(segment_path(p.directory, b, LOG_SUFFIX)).st_size
                     for p in parts for b in _segments(p.directory))
         ends: dict[TopicPartition, int] = {}
         with progressbar(total, "verifying") as bar:
@@ -331,6 +351,7 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
                     ends[part.tp] = end
             bar.update(checker.pending)
         if is_log_dir:
+            _linked_folders(root, report, partitions=True)
             _check_root(root, report, ends)
             _check_groups(root, report)
     return report

@@ -20,6 +20,8 @@ way must be real folders, never symbolic links.
 
 from __future__ import annotations
 
+import os
+
 from .. import _paths
 from .._platform import FileLock
 from ..errors import InvalidConfigError
@@ -36,6 +38,7 @@ __all__ = [
     "Membership",
     "OffsetStore",
     "group_directory",
+    "group_names",
     "live_members",
     "range_assign",
     "round_robin_assign",
@@ -49,3 +52,23 @@ def group_directory(log_path: str, group: str, *, create: bool = True) -> str:
     log folder."""
     _paths.component(group, "group name", InvalidConfigError)
     return _paths.folder(log_path, GROUPS_DIR, group, create=create)
+
+
+def group_names(log_path: str) -> list[str]:
+    """The groups stored in ``<log_path>/__groups``: its real folders whose names are group
+    names. ``__groups`` must be a real folder (:class:`~embedlog.errors.CorruptionError`); a
+    symbolic link inside is not a group and is never followed."""
+    root = _paths.existing_folder(log_path, GROUPS_DIR)
+    if root is None:
+        return []
+    with os.scandir(root) as entries:
+        found = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+    return sorted(name for name in found if _is_group_name(name))
+
+
+def _is_group_name(name: str) -> bool:
+    try:
+        _paths.component(name, "group name", InvalidConfigError)
+    except InvalidConfigError:
+        return False
+    return True

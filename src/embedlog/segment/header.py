@@ -93,6 +93,7 @@ __all__ = [
     "decode_varint",
     "encode_varint",
     "iter_batches",
+    "max_batches",
     "next_batch",
     "parse_header",
     "set_base_offset",
@@ -138,6 +139,13 @@ MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD
 _LEGACY_MIN_LENGTH: Final = 14
 """Smallest batchLength of any message format (v0); below it Kafka calls the batch corrupt."""
 MAGIC: Final = 2
+
+
+def max_batches(log_size: int) -> int:
+    """The most v2 batches ``log_size`` bytes can hold (a batch is at least
+    :data:`HEADER_SIZE`, 61, bytes): what bounds an index of that log (one entry per batch)."""
+    return log_size // HEADER_SIZE
+
 
 COMPRESSION_MASK: Final = 0x07
 TIMESTAMP_TYPE_MASK: Final = 0x08

@@ -32,6 +32,7 @@ from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from . import format as fmt
 from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
+from .header import max_batches
 from .rules import INT32_MAX, BackwardsError, check_order
 
 __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
@@ -204,8 +205,7 @@ class Segment(SegmentFiles):
         return None
 
     def _entry_limit(self) -> int:
-        """The most index entries the log justifies: one per batch of at least 61 bytes."""
-        return self.size // fmt.HEADER_SIZE
+        return max_batches(self.size)  # one entry per batch of at least 61 bytes
 
     def _offset_index(self) -> OffsetIndex | None:
         if self.writable:
