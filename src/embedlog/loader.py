@@ -360,7 +360,7 @@ def complete_swaps(directory: str, keep_names: list[str], swap_names: list[str])
         for lo, hi in ranges:
             for b in [b for b in manifest if lo <= b < hi]:
                 del manifest[b]
-            manifest[lo] = os.path.getsize(segment_path(directory, lo, LOG_SUFFIX) + SWAP_SUFFIX)
+            manifest[lo] = os.lstat(segment_path(directory, lo, LOG_SUFFIX) + SWAP_SUFFIX).st_size
         write_manifest(directory, manifest)
     for name in swap_names:
         p = parse_segment_file(name)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import bisect
 import os
+import stat
 from typing import Final
 
-from . import checkpoint
+from . import _io, checkpoint
 from .errors import CorruptionError
 from .naming import LOG_SUFFIX, SEGMENT_MANIFEST, segment_path
 
@@ -45,7 +46,7 @@ def manifest_stamp(directory: str) -> tuple[int, int, int] | None:
     """Identity of the manifest file (inode, mtime, size): it is replaced whenever the sealed
     segments change, so a reader re-checks its open segments when the stamp moves."""
     try:
-        st = os.stat(os.path.join(directory, MANIFEST))
+        st = os.lstat(os.path.join(directory, MANIFEST))
     except FileNotFoundError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
@@ -71,7 +72,10 @@ def check_sealed(directory: str, bases: list[int], start_offset: int) -> dict[in
                     f"sealed segment {base} is missing: records would be lost", path=path
                 )
             continue
-        actual = os.stat(path).st_size
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):  # say what is there, as the open would
+            os.close(_io.open_regular(path))
+        actual = st.st_size
         if actual != size:
             raise CorruptionError(
                 f"sealed segment is {actual} bytes, expected {size}: "

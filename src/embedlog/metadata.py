@@ -141,7 +141,7 @@ class StartOffsetWatch:
 
     def get(self, tp: TopicPartition) -> int | None:
         try:
-            st = os.stat(self._path)
+            st = os.lstat(self._path)
         except FileNotFoundError:
             return None
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -266,6 +266,6 @@ def _abandoned(directory: str) -> bool:
                                                              TIMEINDEX_SUFFIX):
             return False
         path = os.path.join(directory, entry)
-        if os.path.islink(path) or (parsed[1] == LOG_SUFFIX and os.path.getsize(path)):
+        if os.path.islink(path) or (parsed[1] == LOG_SUFFIX and os.lstat(path).st_size):
             return False
     return True

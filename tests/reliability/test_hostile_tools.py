@@ -242,3 +242,4 @@ def test_something_else_where_the_transaction_state_belongs_is_damage(kind: str)
     with pytest.raises(embedlog.CorruptionError, match="expected a regular file"):
         embedlog.open(path, adopt=True)
     assert snapshot(outside) == before
+

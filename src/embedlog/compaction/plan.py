@@ -101,7 +101,7 @@ def cleanable(
 
 def _index_bytes(path: str) -> int:
     try:
-        return os.stat(path).st_size
+        return os.lstat(path).st_size
     except FileNotFoundError:
         return 0
 

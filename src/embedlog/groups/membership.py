@@ -242,7 +242,7 @@ class Membership:
         (A change this misses -- an inode reused within one mtime tick at the same size -- is
         read at the next heartbeat, which always re-reads the file.)"""
         try:
-            st = os.stat(self.state_path)
+            st = os.lstat(self.state_path)
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             stamp = (0, 0, 0)

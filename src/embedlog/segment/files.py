@@ -246,7 +246,7 @@ class SegmentFiles:
         if self._identity is None or self._missing:
             return False
         try:
-            named = os.stat(self.log_path)
+            named = os.lstat(self.log_path)
         except FileNotFoundError:
             return False
         return (named.st_dev, named.st_ino) == self._identity

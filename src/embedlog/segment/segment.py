@@ -215,7 +215,7 @@ class Segment(SegmentFiles):
         if self.live:
             # pread copies of a file the writer may trim; reload when it grew.
             try:
-                size = os.stat(self.index_path).st_size
+                size = os.lstat(self.index_path).st_size
             except FileNotFoundError:
                 return None
             if self._index is None or size != self._index_size_seen:
