@@ -66,6 +66,9 @@ class MemoryPartition:
     def refresh(self) -> None:
         self.refreshes += 1
 
+    def aborted_txns(self, start: int, end: int) -> None:
+        return None  # no .txnindex: the fetcher decides by the markers it reads
+
     def batches(self, start: int, end: int | None = None, *, control: bool = False
                 ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
         if not self.start_offset <= start <= self.end_offset:

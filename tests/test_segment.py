@@ -180,7 +180,8 @@ def test_a_new_segment_is_empty_and_named_by_its_base_offset(seg_dir: Path) -> N
     seg = open_active(seg_dir, 42, settings_for(100))
     assert sorted(os.listdir(seg_dir)) == [
         "00000000000000000042.index", "00000000000000000042.log",
-        "00000000000000000042.timeindex"]
+        "00000000000000000042.timeindex", "00000000000000000042.txnindex"]
+    assert os.path.getsize(seg_dir / "00000000000000000042.txnindex") == 0
     assert seg.size == 0 and seg.next_offset == 42 and seg.max_timestamp == -1
     assert list(seg.batches()) == []
     assert seg.find_position(42) is None and seg.find_offset_by_timestamp(0) is None
@@ -344,7 +345,7 @@ def test_truncate_to_drops_the_batches_at_or_above_the_offset(seg_dir: Path, cut
     seg.close()
 
 
-def test_delete_unlinks_the_three_files_and_open_readers_keep_reading(seg_dir: Path) -> None:
+def test_delete_unlinks_the_four_files_and_open_readers_keep_reading(seg_dir: Path) -> None:
     seg, model = filled(seg_dir, batches=5)
     seg.seal()
     reader = seg.batches()
@@ -355,7 +356,7 @@ def test_delete_unlinks_the_three_files_and_open_readers_keep_reading(seg_dir: P
     assert os.listdir(seg_dir) == []
     assert sorted(c.name for c in fs.calls if c.op == "unlink") == [
         "00000000000000000000.index", "00000000000000000000.log",
-        "00000000000000000000.timeindex"]
+        "00000000000000000000.timeindex", "00000000000000000000.txnindex"]
     assert 1 + sum(1 for _ in reader) == len(model.batches) and first[2] == model.batches[0][2]
     seg.close()
 

@@ -17,6 +17,7 @@ from .config import TopicConfig
 from .partition import Partition
 from .records import Record
 from .segment import format as fmt
+from .transactions import AbortedRanges
 
 __all__ = ["ClientLog", "ClientPartition", "Durability", "ProducerLog"]
 
@@ -54,6 +55,11 @@ class ClientPartition(Protocol):
         """Batches with records in ``[start, end)``, restricted to it; control batches only
         with ``control``. :class:`~embedlog.errors.OffsetOutOfRangeError` when ``start`` lies
         outside the log."""
+
+
+    def aborted_txns(self, start: int, end: int) -> AbortedRanges | None:
+        """The aborted transactions overlapping ``[start, end)`` from the ``.txnindex`` files;
+        ``None`` when a segment there has none (the reader decides by the markers)."""
 
 
 class ClientLog(Protocol):

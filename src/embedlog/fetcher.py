@@ -31,7 +31,7 @@ from ._client_api import ClientLog, ClientPartition
 from .errors import InvalidArgumentError, OffsetOutOfRangeError
 from .records import Header, Record, TopicPartition
 from .segment import format as fmt
-from .transactions import AbortedRanges, TxnTracker, marker_type
+from .transactions import CommittedFilter, marker_type
 
 __all__ = [
     "EMPTY",
@@ -296,30 +296,27 @@ class Fetcher:
 
     def _fill_committed(self, f: Fetch, end: int) -> bool:
         """read_committed: the records of ``[f.fetched, end)`` below its last stable offset,
-        without those of aborted transactions; ``f.fetched`` moves to the last stable offset
-        (or past the last batch when every transaction there has its marker)."""
-        data: list[tuple[fmt.BatchHeader, int, fmt.DecodedRecords]] = []
-        txns = TxnTracker()
+        without those of aborted transactions (:class:`~embedlog.transactions.CommittedFilter`,
+        given the ``.txnindex`` ranges where every segment read has one); ``f.fetched`` moves
+        to the last stable offset (or past the last batch when every transaction there is
+        decided)."""
+        kept: list[Columns] = []
         last = end
         try:
+            committed = CommittedFilter[tuple[fmt.BatchHeader, fmt.DecodedRecords]](
+                f.p.aborted_txns(f.fetched, end))
             for header, records in f.p.batches(f.fetched, end, control=True):
                 last = header.next_offset
                 if header.is_control:
-                    txns.on_marker(header, marker_type(records))
-                    continue
-                first = int(records.offsets[0])
-                txns.on_data(header, first)
-                data.append((header, first, records))
+                    done = committed.add(header, marker_type(records), (header, records))
+                else:
+                    done = committed.add(header, None, (header, records),
+                                         int(records.offsets[0]))
+                kept += (self.columns(h, r) for h, r in done)
         except OffsetOutOfRangeError:
             self.reset(f, f"position {f.fetched} is below the log start")
             return False
-        stable = txns.last_stable_offset
-        aborted = AbortedRanges(txns.aborted)
-        kept = [
-            self.columns(header, records)
-            for header, first, records in data
-            if (stable is None or first < stable) and not aborted.is_aborted(header)
-        ]
+        stable = committed.stable
         f.fetched = max(f.fetched, last if stable is None else stable)
         f.cols, f.i, f.stop = concat(kept), 0, end
         return f.cols.n > 0

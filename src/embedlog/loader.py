@@ -12,6 +12,10 @@ The writer (:func:`recover`) follows Kafka's ``LogLoader`` passes:
    (after a clean close only the active segment's state is loaded), cut a torn tail, drop the
    unflushed segments after a cut, rebuild indexes, seal every segment but the last and fsync
    the tail. A sealed segment is never cut: damage inside it is corruption, not a torn tail.
+   The ``.txnindex`` of every validated segment is rebuilt from the markers (after a clean
+   close: the active segment's, only when it has no usable one); its entries need the
+   transactions open before the segment, so the older segments' headers are walked too, only
+   when a validated segment holds an ABORT marker.
 
 A read-only process never modifies a byte (:func:`open_view`, :func:`adopt`): while the writer
 swaps compacted segments in (``.swap`` files present) it reads what recovery would produce
@@ -45,13 +49,17 @@ from .naming import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     parse_segment_file,
     segment_path,
 )
+from .segment import format as fmt
 from .segment.rules import end_offset_of, stray_empty_tail
 from .segment.segment import Segment, SegmentSettings
+from .transactions import TxnTracker, segment_markers
 
 __all__ = [
+    "INDEX_KINDS",
     "SEGMENT_KINDS",
     "adopt",
     "complete_swaps",
@@ -68,9 +76,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SEGMENT_KINDS: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, ".txnindex")
+SEGMENT_KINDS: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 """The files of one segment, by suffix."""
-_INDEX_KINDS: Final = (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+INDEX_KINDS: Final = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
+"""A segment's files besides the ``.log`` (renamed before it in a swap)."""
+_NO_END: Final = 2**63 - 1
 _RELIST_ATTEMPTS: Final = 50
 
 Stamp = tuple[int, int, int] | None
@@ -299,7 +309,34 @@ def _recover_segments(
         if i < len(segments) - 1:
             seg.seal()
         i += 1
+    rebuild_txn_indexes(segments, min(first, len(segments) - 1), only_missing=clean)
     segments[-1].flush()
+
+
+def rebuild_txn_indexes(segments: list[Segment], first: int, *, only_missing: bool = False
+                        ) -> None:
+    """Rewrite the ``.txnindex`` of ``segments[first:]`` from their ABORT markers (with
+    ``only_missing``, only where there is no usable one); the entries' first and last stable
+    offsets need the transactions open before, so the older segments' headers are walked
+    too -- only when those segments hold an ABORT marker at all. Unchanged files stay."""
+    todo = segments[first:]
+    if only_missing:
+        todo = [s for s in todo if s.aborted_entries() is None]
+    if not todo:
+        return
+    if not any(kind == fmt.CONTROL_ABORT for _, kind in segment_markers(todo, _NO_END)):
+        rebuilt = [(seg, []) for seg in todo]
+    else:
+        tracker, rebuilt = TxnTracker(), []
+        for seg in segments[: segments.index(todo[-1]) + 1]:
+            done = len(tracker.entries)
+            for header, kind in segment_markers([seg], _NO_END):
+                tracker.on_batch(header, kind)
+            if seg in todo:
+                rebuilt.append((seg, tracker.entries[done:]))
+    for seg, entries in rebuilt:
+        if seg.aborted_entries() != entries:
+            seg.txn_index.rewrite(entries)
 
 
 # ---------------------------------------------------------------------------- swaps
@@ -322,7 +359,7 @@ def roll_forward(directory: str, base: int, doomed: Iterable[tuple[int, str]]) -
             _io.unlink(path)
     _io.fsync_dir(directory)
     rename_kind(directory, base, LOG_SUFFIX, SWAP_SUFFIX, "")
-    for kind in _INDEX_KINDS:
+    for kind in INDEX_KINDS:
         rename_kind(directory, base, kind, SWAP_SUFFIX, "")
     _io.fsync_dir(directory)
 
@@ -364,7 +401,7 @@ def complete_swaps(directory: str, keep_names: list[str], swap_names: list[str])
         write_manifest(directory, manifest)
     for name in swap_names:
         p = parse_segment_file(name)
-        if p is None or p[0] not in logs or p[1] not in (LOG_SUFFIX, *_INDEX_KINDS):
+        if p is None or p[0] not in logs or p[1] not in (LOG_SUFFIX, *INDEX_KINDS):
             _io.unlink(os.path.join(directory, name))
     for lo, hi in ranges:
         doomed = [

@@ -56,6 +56,7 @@ from .records import Record
 from .segment import format as fmt
 from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
+from .transactions import AbortedRanges, indexed_aborted
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
 
@@ -279,13 +280,15 @@ class Partition:
             if self.active.should_roll(len(batch), header.last_offset, header.max_timestamp,
                                        self.config.segment_ms, self.config.segment_bytes):
                 self._roll(header.base_offset)
-            self.active.append(batch, header)
+            aborted = (self.producer_states().abort_entry(header, batch)
+                       if header.is_control and header.producer_id >= 0 else None)
+            self.active.append(batch, header, aborted)
         except StorageError as exc:
             self.poisoned = exc
             raise
         self._commit.written += 1
         if header.producer_id >= 0:
-            self.producer_states().update(header)
+            self.producer_states().update(header, batch)
         self.appended.notify_all()
         return self._commit.written
 
@@ -462,6 +465,13 @@ class Partition:
             yield rec
         if known != end and got < max_records:
             yield from self.read(known, end, max_records - got)
+
+    def aborted_txns(self, start: int, end: int) -> AbortedRanges | None:
+        """Aborted transactions overlapping ``[start, end)``, from the ``.txnindex`` files
+        (:func:`embedlog.transactions.indexed_aborted`; ``None``: a segment has none)."""
+        with self.lock:
+            segs = self.segments[self._segment_index(start) :]
+        return indexed_aborted(segs, start, end)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""

@@ -11,8 +11,12 @@ against the state before it is appended, with Kafka's rules (``ProducerAppendInf
   is written; any other batch must start at the last sequence + 1 (wrapping from ``2**31 - 1``
   to 0), else :class:`~embedlog.errors.OutOfOrderSequenceError`.
 
+The table also follows each producer's open transaction (:class:`~embedlog.transactions.
+TxnTracker`, Kafka's ``ongoingTxns``), so that an ABORT marker about to be appended gets its
+``.txnindex`` entry (:meth:`ProducerStateTable.abort_entry`).
+
 The state lives in memory only. It is rebuilt from the batch headers of the partition's segments
-(no record is decoded) the first time it is needed after an open, so deduplication survives a
+(only markers are decoded) the first time it is needed after an open, so deduplication survives a
 reopen. Segments deleted by retention take their producers' history with them, exactly as when
 Kafka expires a producer id: such a producer is then treated as new.
 
@@ -37,8 +41,10 @@ from typing import Final, Protocol
 
 from . import checkpoint
 from .errors import CorruptCheckpointError, OutOfOrderSequenceError, ProducerFencedError
+from .index.txn_index import TxnIndexEntry
 from .naming import PRODUCER_IDS_FILE
 from .segment import format as fmt
+from .transactions import TxnTracker, marker_type
 
 __all__ = [
     "RETAINED_BATCHES",
@@ -90,15 +96,16 @@ class ProducerStateTable:
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
+        self.txns = TxnTracker()
 
     @classmethod
     def scan(cls, segments: Iterable[_BatchSource]) -> ProducerStateTable:
         """The state rebuilt from every batch header of ``segments`` (oldest first)."""
         table = cls()
         for seg in segments:
-            for _, _, header in seg.batches(0, verify=False):
+            for buf, p, header in seg.batches(0, verify=False):
                 if header.producer_id >= 0:
-                    table.update(header)
+                    table.update(header, buf, p)
         return table
 
     @property
@@ -138,8 +145,27 @@ class ProducerStateTable:
             )
         return None
 
-    def update(self, header: fmt.BatchHeader) -> None:
-        """Record a batch that was appended (or found in the log)."""
+    def abort_entry(self, header: fmt.BatchHeader, raw: bytes | bytearray | memoryview
+                    ) -> TxnIndexEntry | None:
+        """The ``.txnindex`` entry of the batch ``raw`` about to be appended, if it is an ABORT
+        marker of a producer id (nothing is recorded: :meth:`update` does, once appended)."""
+        if not header.is_control or header.producer_id < 0:
+            return None
+        if _marker_kind(header, raw, 0) != fmt.CONTROL_ABORT:
+            return None
+        others = {p: o for p, o in self.txns.open.items() if p != header.producer_id}
+        return TxnIndexEntry(
+            header.producer_id, self.txns.open.get(header.producer_id, header.base_offset),
+            header.last_offset, min(others.values(), default=header.last_offset + 1))
+
+    def update(self, header: fmt.BatchHeader, raw: bytes | bytearray | memoryview = b"",
+               position: int = 0) -> None:
+        """Record a batch that was appended (or found in the log); ``raw[position:]`` holds
+        it (read for the type of a marker)."""
+        if header.is_control:
+            self.txns.on_marker(header, _marker_kind(header, raw, position))
+        else:
+            self.txns.on_data(header)
         pid = header.producer_id
         entry = self.entries.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
@@ -150,6 +176,13 @@ class ProducerStateTable:
             return
         entry.last_sequence = _last_sequence(header)
         entry.batches.append(header)
+
+
+def _marker_kind(header: fmt.BatchHeader, raw: bytes | bytearray | memoryview, position: int
+                 ) -> int | None:
+    if not header.records_count or len(raw) < position + header.size:
+        return None
+    return marker_type(fmt.decode_records(raw, position, header))
 
 
 @dataclass(slots=True)

@@ -21,33 +21,63 @@ Kafka's rules are followed where they decide an odd case: batches without a prod
 transaction even without the transactional bit; a control batch left empty by compaction ends
 it without a type.
 
-Nothing here writes, and nothing here knows about clients: the consumer's ``read_committed``
-filter, the cleaner (:mod:`embedlog.compaction.txn`) and a future ``.txnindex`` build on
-:class:`TxnTracker` (batches in offset order in, aborted ranges and the last stable offset
-out), :func:`aborted_ranges` (the same over a run of segments) and :class:`AbortedRanges`
-(is this batch aborted?).
+Nothing here writes, and nothing here knows about clients. The pieces:
+
+* :class:`TxnTracker` (batches in offset order in; aborted ranges, the ``.txnindex`` entries
+  they make and the last stable offset out), :func:`aborted_ranges` (the same over a run of
+  segments), used by the writer (:mod:`embedlog.producer_state`), recovery, the cleaner
+  (:mod:`embedlog.compaction.txn`) and the transaction coordinator;
+* :func:`indexed_aborted`: the aborted ranges of a fetch read from the segments' ``.txnindex``
+  files (Kafka's ``collectAbortedTransactions``), ``None`` when a segment has none;
+* :class:`AbortedRanges`: is this batch aborted?
+* :class:`CommittedFilter`: **the** ``read_committed`` filter, batch by batch, used by the
+  consumer's fetcher, the Arrow reader and the Spark source.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
+from .index.txn_index import TxnIndexEntry
 from .segment import format as fmt
 from .segment.segment import Segment
 
 __all__ = [
     "AbortedRanges",
     "AbortedTxn",
+    "CommittedFilter",
+    "TxnBatch",
     "TxnTracker",
     "aborted_ranges",
     "control_type",
+    "indexed_aborted",
     "iter_headers",
     "last_stable_offset",
     "marker_type",
     "segment_markers",
 ]
+
+_T = TypeVar("_T")
+
+
+class TxnBatch(Protocol):
+    """What the transaction rules read of a batch (a :class:`~embedlog.segment.format.BatchHeader`
+    or a :class:`~embedlog.records.RecordBatch`)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def is_control(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +109,18 @@ class TxnTracker:
     """Fed batches in offset order, follows each producer's open transaction.
 
     ``open`` maps a producer id to the first offset of its open transaction; ``aborted`` lists
-    the aborted ranges completed so far, in marker order.
+    the aborted ranges completed so far, in marker order, and ``entries`` the same as
+    ``.txnindex`` entries: each with the last stable offset right after its marker (the first
+    offset of the oldest transaction of another producer still open, else the marker's offset
+    + 1: Kafka's ``ProducerStateManager.lastStableOffset``).
     """
 
-    __slots__ = ("aborted", "open")
+    __slots__ = ("aborted", "entries", "open")
 
     def __init__(self) -> None:
         self.open: dict[int, int] = {}
         self.aborted: list[AbortedTxn] = []
+        self.entries: list[TxnIndexEntry] = []
 
     def on_data(self, header: fmt.BatchHeader, first_offset: int | None = None) -> None:
         """A data batch; ``first_offset`` is its first offset the reader saw (default the
@@ -107,6 +141,8 @@ class TxnTracker:
             return None
         txn = AbortedTxn(pid, header.base_offset if first is None else first, header.last_offset)
         self.aborted.append(txn)
+        stable = min(self.open.values()) if self.open else txn.last_offset + 1
+        self.entries.append(TxnIndexEntry(pid, txn.first_offset, txn.last_offset, stable))
         return txn
 
     def on_batch(self, header: fmt.BatchHeader, kind: int | None = None) -> None:
@@ -180,7 +216,7 @@ class AbortedRanges:
     def __bool__(self) -> bool:
         return bool(self._txns)
 
-    def is_aborted(self, header: fmt.BatchHeader) -> bool:
+    def is_aborted(self, header: TxnBatch) -> bool:
         """True when ``header``'s batch is a transactional data batch of an aborted
         transaction (its records must never reach a ``read_committed`` reader)."""
         if header.is_control or not header.is_transactional:
@@ -190,3 +226,106 @@ class AbortedRanges:
             return False
         i = bisect.bisect_right(firsts, header.last_offset) - 1
         return i >= 0 and header.last_offset <= self._txns[header.producer_id][i].last_offset
+
+
+def indexed_aborted(segments: Sequence[Segment], start: int, end: int) -> AbortedRanges | None:
+    """The aborted transactions overlapping ``[start, end)``, from the ``.txnindex`` files of
+    ``segments`` (the one holding ``start`` first, then the later ones), as Kafka collects them
+    for a fetch: a segment's entries are read until one whose last stable offset is ``>= end``
+    (nothing open below ``end`` ends later). ``None`` when a segment read has no usable index:
+    the caller then decides by the markers it reads."""
+    found: list[AbortedTxn] = []
+    for seg in segments:
+        entries = seg.aborted_entries()
+        if entries is None:
+            return None
+        for e in entries:
+            if e.last_offset >= start and e.first_offset < end:
+                found.append(AbortedTxn(e.producer_id, e.first_offset, e.last_offset))
+            if e.last_stable_offset >= end:
+                return AbortedRanges(found)
+    return AbortedRanges(found)
+
+
+class _Held(Generic[_T]):
+    __slots__ = ("first", "item", "visible")
+
+    def __init__(self, item: _T, first: int, visible: bool | None) -> None:
+        self.item, self.first, self.visible = item, first, visible
+
+
+class CommittedFilter(Generic[_T]):
+    """``read_committed``, batch by batch: fed the batches of one partition in offset order
+    from some start offset (**control batches included**, with their marker type), it hands
+    out the items of the data batches a ``read_committed`` reader sees, in offset order:
+
+    * a non-transactional batch once every transactional batch before it is decided (nothing
+      is handed out past the oldest undecided one: the last stable offset);
+    * a transactional batch of producer id ``P`` once it is decided: by ``aborted`` (the
+      ``.txnindex`` ranges of the read, :func:`indexed_aborted`) at once if they abort it,
+      else by ``P``'s next marker -- of any type when ``aborted`` is given (the index is then
+      authoritative, as for a Kafka consumer), else a marker that is not an ABORT (one emptied
+      by compaction counts as a commit) makes it visible.
+
+    :attr:`stable` is the first offset of the oldest batch still undecided (``None`` when
+    everything fed is decided). Memory: the batches of open transactions are held until their
+    markers arrive, as a consumer cannot hand them out earlier either.
+    """
+
+    __slots__ = ("_aborted", "_open", "_pending")
+
+    def __init__(self, aborted: AbortedRanges | None = None) -> None:
+        self._aborted = aborted
+        self._pending: deque[_Held[_T]] = deque()
+        self._open: dict[int, list[_Held[_T]]] = {}
+
+    @property
+    def open(self) -> bool:
+        """Whether some transaction fed is still undecided."""
+        return bool(self._open)
+
+    @property
+    def stable(self) -> int | None:
+        return self._pending[0].first if self._pending else None
+
+    def add(self, batch: TxnBatch, kind: int | None, item: _T, first: int | None = None
+            ) -> list[_T]:
+        """Feed one batch (``kind``: its marker type, for a control batch; ``item``: what to
+        hand out for a data batch; ``first``: its first offset read, default its base) and
+        return the items decided visible by it, in order."""
+        pid = batch.producer_id
+        if batch.is_control:
+            held = self._open.pop(pid, None) if pid >= 0 else None
+            visible = self._aborted is not None or kind != fmt.CONTROL_ABORT
+            for entry in held or ():
+                entry.visible = visible
+        else:
+            start = batch.base_offset if first is None else first
+            if not (batch.is_transactional and pid >= 0):
+                self._pending.append(_Held(item, start, True))
+            elif self._aborted is not None and self._aborted.is_aborted(batch):
+                pass  # decided: never handed out
+            else:
+                entry = _Held(item, start, None)
+                self._open.setdefault(pid, []).append(entry)
+                self._pending.append(entry)
+        out: list[_T] = []
+        pending = self._pending
+        while pending and pending[0].visible is not None:
+            done = pending.popleft()
+            if done.visible:
+                out.append(done.item)
+        return out
+
+    def feed(self, batches: Iterable[tuple[TxnBatch, int | None, _T]], end: int) -> Iterator[_T]:
+        """The visible items of data batches starting below ``end``; batches from ``end`` on
+        are read only for the markers of transactions still open, and reading stops as soon as
+        none is (so a transaction committed by a marker past ``end`` counts as committed).
+        Whatever is undecided when ``batches`` end is withheld (see :attr:`stable`)."""
+        for batch, kind, item in batches:
+            if batch.base_offset >= end:
+                if not self._open:
+                    return
+                if not batch.is_control:
+                    continue
+            yield from self.add(batch, kind, item)

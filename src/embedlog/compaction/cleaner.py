@@ -308,6 +308,8 @@ class _Pass:
                         self._filter(chunk, out)
                         chunk, size = [], 0
                 self._filter(chunk, out)
+            if entries := self.plog.entries_in(base, group[-1].next_offset):
+                out.txn_index.rewrite(entries)  # created empty with the segment
             out.seal(sync=_io.SAFETY.fsync_before_rename)  # durable before it is renamed in
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: the files go anyway

@@ -34,18 +34,15 @@ module adds only what a running compaction does.
 from __future__ import annotations
 
 import os
-from typing import Final
 
 from .. import _io
 from ..errors import StorageError
-from ..loader import SEGMENT_KINDS, rename_kind, roll_forward
+from ..loader import INDEX_KINDS, SEGMENT_KINDS, rename_kind, roll_forward
 from ..manifest import write_manifest
 from ..naming import (
     CLEANED_SUFFIX,
-    INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
-    TIMEINDEX_SUFFIX,
     segment_path,
 )
 from ..partition import Partition
@@ -53,12 +50,11 @@ from ..segment.segment import Segment
 
 __all__ = ["discard", "install"]
 
-_INDEX_KINDS: Final = (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 
 
 def discard(directory: str, base: int, suffix: str = CLEANED_SUFFIX) -> None:
-    """Unlink a cleaned (or swap) segment's three files, where they exist."""
-    for kind in (LOG_SUFFIX, *_INDEX_KINDS):
+    """Unlink a cleaned (or swap) segment's files, where they exist."""
+    for kind in (LOG_SUFFIX, *INDEX_KINDS):
         path = segment_path(directory, base, kind) + suffix
         if os.path.lexists(path):
             _io.unlink(path)
@@ -86,7 +82,7 @@ def install(partition: Partition, old: list[Segment], cleaned: Segment) -> Segme
         for seg in old:
             seg.retire()  # readers of the old files keep them although the names change hands
         try:
-            for kind in (*_INDEX_KINDS, LOG_SUFFIX):  # the log last: it marks the commit
+            for kind in (*INDEX_KINDS, LOG_SUFFIX):  # the log last: it marks the commit
                 rename_kind(directory, base, kind, CLEANED_SUFFIX, SWAP_SUFFIX)
             _io.fsync_dir(directory)
             _io.mark("compaction_swap", directory=directory, base=base)

@@ -4,8 +4,9 @@ One walk over the batch headers of a partition (:func:`scan_headers`, ~61 bytes 
 batch; control batches are decoded for their marker type) yields:
 
 * the **aborted transactions** and the **last stable offset** (the cleaner never cleans past
-  it), tracked by :class:`embedlog.transactions.TxnTracker` as every reader does (embedlog has
-  no ``.txnindex`` yet, so they are rebuilt here);
+  it), tracked by :class:`embedlog.transactions.TxnTracker` from the markers (a segment's
+  ``.txnindex`` may be missing, so they are rebuilt here), with the ``.txnindex`` entries the
+  cleaned segments carry (every entry whose marker lies in the segments a cleaned one replaces);
 * each producer's **last data batch** and epoch (Kafka's ``lastRecordsOfActiveProducers``): that
   batch keeps at least its header, so a producer's sequence state survives compaction.
 
@@ -21,6 +22,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..index.txn_index import TxnIndexEntry
 from ..segment import format as fmt
 from ..segment.segment import Segment
 from ..transactions import AbortedTxn, TxnTracker, control_type, segment_markers
@@ -50,6 +52,12 @@ class ProducerLog:
     aborted: list[AbortedTxn] = field(default_factory=list)
     last_stable_offset: int | None = None
     producers: dict[int, LastBatch] = field(default_factory=dict)
+    entries: list[TxnIndexEntry] = field(default_factory=list)
+    """The ``.txnindex`` entries of every ABORT marker, in marker order."""
+
+    def entries_in(self, start: int, stop: int) -> list[TxnIndexEntry]:
+        """The entries whose marker lies in ``[start, stop)``."""
+        return [e for e in self.entries if start <= e.last_offset < stop]
 
     def keeps_header(self, header: fmt.BatchHeader) -> bool:
         """Kafka's ``isBatchLastRecordOfProducer``: the batch must stay, at least empty."""
@@ -81,6 +89,7 @@ def scan_headers(segments: Sequence[Segment], end: int) -> ProducerLog:
         txns.on_batch(h, kind)
     out.aborted = sorted(txns.aborted, key=lambda t: t.first_offset)
     out.last_stable_offset = txns.last_stable_offset
+    out.entries = txns.entries
     return out
 
 

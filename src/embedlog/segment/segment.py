@@ -28,12 +28,14 @@ from typing import TypeVar
 from .. import _io
 from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
-from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
+from ..index.txn_index import TxnIndexEntry
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
 from . import format as fmt
 from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
 from .header import max_batches
 from .rules import INT32_MAX, BackwardsError, check_order
+from .txn_file import TxnIndexFile
 
 __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
 
@@ -92,6 +94,8 @@ class Segment(SegmentFiles):
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX) + suffix
         self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX) + suffix
         self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX) + suffix
+        self.txn_index = TxnIndexFile(
+            segment_path(directory, base_offset, TXNINDEX_SUFFIX) + suffix, base_offset)
         self._index: OffsetIndex | None = None
         self._timeindex: TimeIndex | None = None
         self._index_size_seen = -1
@@ -390,7 +394,10 @@ class Segment(SegmentFiles):
 
     @pinned
     def open_indexes_for_append(self) -> None:
-        """Open both indexes writable (active segment), preallocated to segment.index.bytes."""
+        """Open both indexes writable (active segment), preallocated to segment.index.bytes;
+        a new (empty) segment also gets its empty ``.txnindex``."""
+        if self.size == 0:
+            self.txn_index.create_empty()
         limit = self._entry_limit()
         self._index = OffsetIndex(self.index_path, self.base_offset, writable=True,
                                   max_bytes=self.settings.segment_index_bytes, entry_limit=limit)
@@ -509,9 +516,13 @@ class Segment(SegmentFiles):
         self._bytes_since_index += header.size
 
     @pinned
-    def append(self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader) -> int:
+    def append(self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader,
+               aborted: TxnIndexEntry | None = None) -> int:
         """Write one encoded batch at the end; return its byte position. Not durable until
-        :meth:`flush`."""
+        :meth:`flush`. An ABORT marker comes with its ``.txnindex`` entry, written (durably)
+        first."""
+        if aborted is not None:
+            self.txn_index.append(aborted)
         position = self.size
         _io.pwrite(self._write_fd(), batch, position)
         self.size += len(batch)
@@ -602,6 +613,15 @@ class Segment(SegmentFiles):
         self.retire()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             _io.unlink(path)
+        self.txn_index.unlink()
+
+    def aborted_entries(self) -> list[TxnIndexEntry] | None:
+        """The ``.txnindex`` entries; ``None`` when the segment has no usable one, or its
+        name now belongs to a file compaction swapped in (readers then scan the markers)."""
+        entries = self.txn_index.entries(self.size)
+        if entries is None or self.writable or self.is_current():
+            return entries
+        return None
 
 
 def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:

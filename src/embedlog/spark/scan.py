@@ -10,7 +10,7 @@ Each Python worker keeps one :class:`~embedlog.spark.catalog.FolderView` per dir
 tasks (Spark reuses workers): it opens only the partitions the worker's tasks read, and keeps a
 few of them open for the next task.
 
-With ``read_committed`` the records go through a ``read_committed`` :class:`embedlog.Consumer`
+With ``read_committed`` the batches go through :class:`embedlog.transactions.CommittedFilter`
 (the storage-side transaction filter every reader shares): records of aborted transactions are
 dropped. A range reaching into a transaction that is still open when the task runs fails the
 task rather than silently skipping the withheld records.
@@ -22,17 +22,18 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from .._batch import record_batch
 from ..arrow.columns import ArrowBatcher
+from ..arrow.isolation import committed_batches
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..log import open as open_log
-from ..records import Record, TopicPartition
+from ..records import RecordBatch
+from ..transactions import CommittedFilter
 from .catalog import FolderView
 from .planning import OffsetRange
 
@@ -156,47 +157,17 @@ def _check(log_start: int, log_end: int, task: ReadTask, topic: str, partition: 
 def _committed(log: Log, topic: str, partition: int, start: int, end: int,
                columns: Sequence[str], schema: pa.Schema, batch_rows: int
                ) -> Iterator[pa.RecordBatch]:
-    """``read_committed``: the records a ``read_committed`` consumer returns in the range."""
-    tp = TopicPartition(topic, partition)
-    consumer = log.consumer(isolation_level="read_committed", max_poll_records=batch_rows)
-    try:
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        while consumer.position(tp) < end:
-            got = [r for r in consumer.poll(max_records=batch_rows) if r.offset < end]
-            if not got:
-                raise UsageError(
-                    f"{topic}-{partition}: a transaction still open at offset "
-                    f"{consumer.position(tp)} holds back the records up to {end} planned for "
-                    "this read_committed task; retry once it is committed or aborted"
-                )
-            yield _records_batch(got, topic, partition, columns, schema)
-    finally:
-        consumer.close(autocommit=False)
-
-
-def _records_batch(records: Sequence[Record], topic: str, partition: int,
-                   columns: Sequence[str], schema: pa.Schema) -> pa.RecordBatch:
-    """Consumer records as one ``RecordBatch`` of ``schema`` (the ``read_committed`` path)."""
-    n = len(records)
-    values: dict[str, list[Any]] = {
-        "key": [r.key for r in records],
-        "value": [r.value for r in records],
-        "topic": [topic] * n,
-        "partition": [partition] * n,
-        "offset": [r.offset for r in records],
-        "timestamp": [r.timestamp * 1000 for r in records],
-        "timestampType": [r.timestamp_type for r in records],
-    }
-    arrays = []
-    for i, name in enumerate(columns):
-        arrow_type = schema.field(i).type
-        if name == "headers":
-            arrays.append(pa.array(
-                [[{"key": k, "value": v} for k, v in r.headers] if r.headers else None
-                 for r in records], type=arrow_type))
-        elif name == "timestamp":
-            arrays.append(pa.array(values[name], type=pa.int64()).view(arrow_type))
-        else:
-            arrays.append(pa.array(values[name], type=arrow_type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    """``read_committed``: the records a ``read_committed`` consumer returns in the range
+    (:class:`~embedlog.transactions.CommittedFilter`, through the Arrow reader's adapter)."""
+    batcher = ArrowBatcher(topic, partition, columns, schema, batch_rows)
+    committed = CommittedFilter[RecordBatch]()
+    source = log.read_batches(topic, partition, start, None, control=True)
+    for batch in committed_batches(source, end, committed):
+        yield from batcher.add(batch.timestamp_type, batch)
+    if committed.stable is not None and committed.stable < end:
+        raise UsageError(
+            f"{topic}-{partition}: a transaction still open at offset {committed.stable} "
+            f"holds back the records up to {end} planned for this read_committed task; retry "
+            "once it is committed or aborted"
+        )
+    yield from batcher.flush()
