@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embedlog
+from doubles import ScriptedFS
 from embedlog import TopicPartition, _io
 from embedlog.arrow import read_table
 from embedlog.errors import CorruptIndexError
@@ -26,10 +27,8 @@ from embedlog.index.txn_index import (
 )
 from embedlog.naming import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
 from embedlog.transactions import TxnTracker
-from test_transactions import OPS, Op, encode, layout, model
-
-from doubles import ScriptedFS
 from helpers import small_segments
+from test_transactions import OPS, Op, encode, layout, model
 
 TP0 = TopicPartition("t", 0)
 COMMIT, ABORT = 1, 0

@@ -47,6 +47,7 @@ from .naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     parse_partition_dir,
     parse_segment_file,
     segment_path,
@@ -362,14 +363,16 @@ def writer_lock(log_dir: str) -> Iterator[None]:
 def rebuild_indexes(directory: str, base_offset: int, config: TopicConfig | None = None) -> None:
     """Rebuild the ``.index`` and ``.timeindex`` of one segment from its log, with the index
     settings of ``config`` (Kafka's defaults when ``None``). The caller holds the writer lock
-    (:func:`writer_lock`); the log is validated but never truncated."""
+    (:func:`writer_lock`); the log is validated but never truncated. The ``.txnindex`` is
+    removed (its entries need the segments before; readers then decide this segment by its
+    markers, and recovery rebuilds it where it validates)."""
     config = config or TopicConfig()
     settings = SegmentSettings(
         index_interval_bytes=config.index_interval_bytes,
         segment_index_bytes=config.segment_index_bytes,
         max_batch_bytes=max(config.max_message_bytes, 64 * 1024 * 1024),
     )
-    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
         path = segment_path(directory, base_offset, suffix)
         if os.path.lexists(path):  # a link or a FIFO in its place goes too, unfollowed
             _io.unlink(path)

@@ -13,9 +13,8 @@ The writer (:func:`recover`) follows Kafka's ``LogLoader`` passes:
    unflushed segments after a cut, rebuild indexes, seal every segment but the last and fsync
    the tail. A sealed segment is never cut: damage inside it is corruption, not a torn tail.
    The ``.txnindex`` of every validated segment is rebuilt from the markers (after a clean
-   close: the active segment's, only when it has no usable one); its entries need the
-   transactions open before the segment, so the older segments' headers are walked too, only
-   when a validated segment holds an ABORT marker.
+   close: the active segment's, if it has no usable one; :func:`~embedlog.transactions.
+   rebuild_txn_indexes`).
 
 A read-only process never modifies a byte (:func:`open_view`, :func:`adopt`): while the writer
 swaps compacted segments in (``.swap`` files present) it reads what recovery would produce
@@ -53,10 +52,9 @@ from .naming import (
     parse_segment_file,
     segment_path,
 )
-from .segment import format as fmt
 from .segment.rules import end_offset_of, stray_empty_tail
 from .segment.segment import Segment, SegmentSettings
-from .transactions import TxnTracker, segment_markers
+from .transactions import rebuild_txn_indexes
 
 __all__ = [
     "INDEX_KINDS",
@@ -80,7 +78,6 @@ SEGMENT_KINDS: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUF
 """The files of one segment, by suffix."""
 INDEX_KINDS: Final = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 """A segment's files besides the ``.log`` (renamed before it in a swap)."""
-_NO_END: Final = 2**63 - 1
 _RELIST_ATTEMPTS: Final = 50
 
 Stamp = tuple[int, int, int] | None
@@ -311,32 +308,6 @@ def _recover_segments(
         i += 1
     rebuild_txn_indexes(segments, min(first, len(segments) - 1), only_missing=clean)
     segments[-1].flush()
-
-
-def rebuild_txn_indexes(segments: list[Segment], first: int, *, only_missing: bool = False
-                        ) -> None:
-    """Rewrite the ``.txnindex`` of ``segments[first:]`` from their ABORT markers (with
-    ``only_missing``, only where there is no usable one); the entries' first and last stable
-    offsets need the transactions open before, so the older segments' headers are walked
-    too -- only when those segments hold an ABORT marker at all. Unchanged files stay."""
-    todo = segments[first:]
-    if only_missing:
-        todo = [s for s in todo if s.aborted_entries() is None]
-    if not todo:
-        return
-    if not any(kind == fmt.CONTROL_ABORT for _, kind in segment_markers(todo, _NO_END)):
-        rebuilt = [(seg, []) for seg in todo]
-    else:
-        tracker, rebuilt = TxnTracker(), []
-        for seg in segments[: segments.index(todo[-1]) + 1]:
-            done = len(tracker.entries)
-            for header, kind in segment_markers([seg], _NO_END):
-                tracker.on_batch(header, kind)
-            if seg in todo:
-                rebuilt.append((seg, tracker.entries[done:]))
-    for seg, entries in rebuilt:
-        if seg.aborted_entries() != entries:
-            seg.txn_index.rewrite(entries)
 
 
 # ---------------------------------------------------------------------------- swaps

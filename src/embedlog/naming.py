@@ -25,13 +25,15 @@ Layout of a log directory (Kafka's, so Kafka tools read it)::
         00000000000000000000.log         LOG_SUFFIX: record batches back to back
         00000000000000000000.index       INDEX_SUFFIX: sparse offset index
         00000000000000000000.timeindex   TIMEINDEX_SUFFIX: sparse time index
+        00000000000000000000.txnindex    TXNINDEX_SUFFIX: aborted transactions whose ABORT
+                                         marker is in the segment (embedlog.index.txn_index)
         embedlog.segments                SEGMENT_MANIFEST: sizes of sealed segments
 
-Kafka's ``.txnindex`` and producer ``.snapshot`` files (TXNINDEX_SUFFIX, SNAPSHOT_SUFFIX) are
-recognised but not written. Transient suffixes: ``.cleaned`` (a compaction's output),
-``.swap`` (an output being swapped in), ``.deleted`` (a segment being removed), ``.tmp`` (a
-small file being replaced, see :func:`embedlog._io.write_atomic`), ``.aborted`` (the marker of
-an aborted Spark job next to its staging folder).
+Kafka's producer ``.snapshot`` files (SNAPSHOT_SUFFIX) are recognised but not written.
+Transient suffixes: ``.cleaned`` (a compaction's output), ``.swap`` (an output being swapped
+in), ``.deleted`` (a segment being removed), ``.tmp`` (a small file being replaced, see
+:func:`embedlog._io.write_atomic`), ``.aborted`` (the marker of an aborted Spark job next to its
+staging folder).
 
 Topic names are checked before any path is built from them: ``[a-zA-Z0-9._-]``, 1 to 249
 characters, neither ``.`` nor ``..`` -- so a name can never climb out of the log directory.

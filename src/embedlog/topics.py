@@ -28,6 +28,7 @@ from .naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     parse_segment_file,
     partition_dir_name,
 )
@@ -263,7 +264,7 @@ def _abandoned(directory: str) -> bool:
     for entry in os.listdir(directory):
         parsed = parse_segment_file(entry)
         if parsed is None or parsed[2] or parsed[1] not in (LOG_SUFFIX, INDEX_SUFFIX,
-                                                             TIMEINDEX_SUFFIX):
+                                                             TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
             return False
         path = os.path.join(directory, entry)
         if os.path.islink(path) or (parsed[1] == LOG_SUFFIX and os.lstat(path).st_size):

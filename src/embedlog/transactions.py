@@ -21,7 +21,8 @@ Kafka's rules are followed where they decide an odd case: batches without a prod
 transaction even without the transactional bit; a control batch left empty by compaction ends
 it without a type.
 
-Nothing here writes, and nothing here knows about clients. The pieces:
+Nothing here knows about clients, and nothing writes but :func:`rebuild_txn_indexes`
+(recovery's rebuild of the ``.txnindex`` files). The pieces:
 
 * :class:`TxnTracker` (batches in offset order in; aborted ranges, the ``.txnindex`` entries
   they make and the last stable offset out), :func:`aborted_ranges` (the same over a run of
@@ -29,6 +30,7 @@ Nothing here writes, and nothing here knows about clients. The pieces:
   (:mod:`embedlog.compaction.txn`) and the transaction coordinator;
 * :func:`indexed_aborted`: the aborted ranges of a fetch read from the segments' ``.txnindex``
   files (Kafka's ``collectAbortedTransactions``), ``None`` when a segment has none;
+  :func:`rebuild_txn_indexes` rewrites those files from the markers;
 * :class:`AbortedRanges`: is this batch aborted?
 * :class:`CommittedFilter`: **the** ``read_committed`` filter, batch by batch, used by the
   consumer's fetcher, the Arrow reader and the Spark source.
@@ -58,10 +60,12 @@ __all__ = [
     "iter_headers",
     "last_stable_offset",
     "marker_type",
+    "rebuild_txn_indexes",
     "segment_markers",
 ]
 
 _T = TypeVar("_T")
+_NO_END = 2**63 - 1
 
 
 class TxnBatch(Protocol):
@@ -236,7 +240,7 @@ def indexed_aborted(segments: Sequence[Segment], start: int, end: int) -> Aborte
     the caller then decides by the markers it reads."""
     found: list[AbortedTxn] = []
     for seg in segments:
-        entries = seg.aborted_entries()
+        entries = _indexed(seg)
         if entries is None:
             return None
         for e in entries:
@@ -245,6 +249,43 @@ def indexed_aborted(segments: Sequence[Segment], start: int, end: int) -> Aborte
             if e.last_stable_offset >= end:
                 return AbortedRanges(found)
     return AbortedRanges(found)
+
+
+def rebuild_txn_indexes(segments: list[Segment], first: int, *, only_missing: bool = False
+                        ) -> None:
+    """Rewrite the ``.txnindex`` of ``segments[first:]`` from their ABORT markers (with
+    ``only_missing``, only where there is no usable one); the entries' first and last stable
+    offsets need the transactions open before, so the older segments' headers are walked
+    too -- only when those segments hold an ABORT marker at all. Unchanged files stay."""
+    todo = segments[first:]
+    if only_missing:
+        todo = [s for s in todo if _indexed(s) is None]
+    if not todo:
+        return
+    rebuilt: list[tuple[Segment, list[TxnIndexEntry]]] = []
+    if not any(kind == fmt.CONTROL_ABORT for _, kind in segment_markers(todo, _NO_END)):
+        rebuilt = [(seg, []) for seg in todo]
+    else:
+        tracker = TxnTracker()
+        for seg in segments[: segments.index(todo[-1]) + 1]:
+            done = len(tracker.entries)
+            for header, kind in segment_markers([seg], _NO_END):
+                tracker.on_batch(header, kind)
+            if seg in todo:
+                rebuilt.append((seg, tracker.entries[done:]))
+    for seg, entries in rebuilt:
+        if _indexed(seg) != entries:
+            seg.txn_index.rewrite(entries)
+
+
+
+def _indexed(seg: Segment) -> list[TxnIndexEntry] | None:
+    """``seg``'s ``.txnindex`` entries; ``None`` when it has no usable one, or its name now
+    belongs to a file compaction swapped in over the segment's."""
+    entries = seg.txn_index.entries(seg.size)
+    if entries is None or seg.writable or seg.is_current():
+        return entries
+    return None
 
 
 class _Held(Generic[_T]):

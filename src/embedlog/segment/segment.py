@@ -519,8 +519,7 @@ class Segment(SegmentFiles):
     def append(self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader,
                aborted: TxnIndexEntry | None = None) -> int:
         """Write one encoded batch at the end; return its byte position. Not durable until
-        :meth:`flush`. An ABORT marker comes with its ``.txnindex`` entry, written (durably)
-        first."""
+        :meth:`flush`. An ABORT marker's ``.txnindex`` entry is written (durably) first."""
         if aborted is not None:
             self.txn_index.append(aborted)
         position = self.size
@@ -614,14 +613,6 @@ class Segment(SegmentFiles):
         for path in (self.log_path, self.index_path, self.timeindex_path):
             _io.unlink(path)
         self.txn_index.unlink()
-
-    def aborted_entries(self) -> list[TxnIndexEntry] | None:
-        """The ``.txnindex`` entries; ``None`` when the segment has no usable one, or its
-        name now belongs to a file compaction swapped in (readers then scan the markers)."""
-        entries = self.txn_index.entries(self.size)
-        if entries is None or self.writable or self.is_current():
-            return entries
-        return None
 
 
 def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
