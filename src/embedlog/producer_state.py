@@ -96,7 +96,7 @@ class ProducerStateTable:
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
-        self.txns = TxnTracker()
+        self.txns = TxnTracker(keep=False)
 
     @classmethod
     def scan(cls, segments: Iterable[_BatchSource]) -> ProducerStateTable:

@@ -119,12 +119,14 @@ class TxnTracker:
     + 1: Kafka's ``ProducerStateManager.lastStableOffset``).
     """
 
-    __slots__ = ("aborted", "entries", "open")
+    __slots__ = ("_keep", "aborted", "entries", "open")
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True) -> None:
+        """``keep=False``: follow open transactions only (a writer's state: no history)."""
         self.open: dict[int, int] = {}
         self.aborted: list[AbortedTxn] = []
         self.entries: list[TxnIndexEntry] = []
+        self._keep = keep
 
     def on_data(self, header: fmt.BatchHeader, first_offset: int | None = None) -> None:
         """A data batch; ``first_offset`` is its first offset the reader saw (default the
@@ -144,9 +146,10 @@ class TxnTracker:
         if kind != fmt.CONTROL_ABORT:
             return None
         txn = AbortedTxn(pid, header.base_offset if first is None else first, header.last_offset)
-        self.aborted.append(txn)
-        stable = min(self.open.values()) if self.open else txn.last_offset + 1
-        self.entries.append(TxnIndexEntry(pid, txn.first_offset, txn.last_offset, stable))
+        if self._keep:
+            self.aborted.append(txn)
+            stable = min(self.open.values()) if self.open else txn.last_offset + 1
+            self.entries.append(TxnIndexEntry(pid, txn.first_offset, txn.last_offset, stable))
         return txn
 
     def on_batch(self, header: fmt.BatchHeader, kind: int | None = None) -> None:
