@@ -2,7 +2,9 @@
 
 A partition appends, reads, rolls and applies retention. Opening its folder (recovery, swaps,
 the manifest check) is :mod:`embedlog.loader`'s, turning records into batches
-:mod:`embedlog.batch_writer`'s, group commit :mod:`embedlog.group_commit`'s.
+:mod:`embedlog.batch_writer`'s, group commit :mod:`embedlog.group_commit`'s, the read side
+(range capture, a read-only view's refresh and rescans) :mod:`embedlog.partition_read`'s, which
+segments retention deletes :mod:`embedlog.retention`'s.
 
 Invariants:
 
@@ -28,18 +30,15 @@ commit's ``sync_lock``.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import errno
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import _io, loader, reader
+from . import _io, loader, partition_read
 from .config import TopicConfig
 from .errors import (
     CorruptionError,
@@ -53,6 +52,7 @@ from .group_commit import GroupCommit
 from .manifest import write_manifest
 from .producer_state import ProducerStateTable
 from .records import Record
+from .retention import expired
 from .segment import format as fmt
 from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
@@ -60,7 +60,6 @@ from .transactions import AbortedRanges, indexed_aborted
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
 
-_RESCANS = 20  # read-only views: how often a scan follows the writer's deletions and swaps
 
 @dataclass(frozen=True, slots=True)
 class SegmentInfo:
@@ -175,28 +174,14 @@ class Partition:
             return [SegmentInfo(s.base_offset, s.size, s.log_path) for s in self.segments]
 
     def refresh(self) -> None:
-        """Read-only view: pick up segments created or deleted by the writer (and swapped in by
-        its compaction, :func:`embedlog.loader.adopt`) and the active segment's new size."""
-        if self.writable:
-            return
-        with self.lock:
-            try:
-                names = os.listdir(self.directory)
-            except FileNotFoundError:
-                names = []
-            adopted = loader.adopt(self.directory, self.settings, self.segments, names,
-                                   self._manifest_seen)
-            if adopted is not None:
-                self.segments, self._manifest_seen = adopted
-                self._bases = [s.base_offset for s in self.segments]
-                if self._bases:
-                    self.start_offset = max(self.start_offset, self._bases[0])
-            if self.segments:
-                self.segments[-1].refresh()
-            if self._start_offset_source is not None:
-                persisted = self._start_offset_source(self)
-                if persisted is not None and persisted > self.start_offset:
-                    self.start_offset = min(persisted, self.end_offset)
+        """Read-only view: pick up what the writer changed (new, deleted and swapped-in segments,
+        the active segment's size, the log start: :func:`.partition_read.refresh_view`)."""
+        partition_read.refresh_view(self)
+
+    def persisted_start(self) -> int | None:
+        """Read-only view: the writer's persisted log start offset, when it is known."""
+        source = self._start_offset_source
+        return None if source is None else source(self)
 
     @contextlib.contextmanager
     def poison_on_error(self) -> Iterator[None]:
@@ -385,106 +370,31 @@ class Partition:
 
     # ------------------------------------------------------------------ reading
 
-    def _segment_index(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
-
-    def check_range(self, offset: int) -> None:
-        if offset < self.start_offset or offset > self.end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
-                f"the log holds [{self.start_offset}, {self.end_offset})"
-            )
-
     def batches(
         self, start: int | None, end: int | None = None, *, control: bool = False,
         max_records: int | None = None,
     ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
         """Data batches whose records fall in ``[start, end)``, each restricted to that range
-        (:func:`embedlog.reader.scan`: control batches skipped unless ``control``; with
-        ``max_records`` decoded no further than that). The segment list is captured once;
-        segments deleted meanwhile keep being readable through their open descriptors.
-        ``start=None``: the log start when the scan begins (wherever retention moved it)."""
-        with self.lock:
-            if not self.writable and (start is None or start >= self.end_offset or end is None):
-                self.refresh()
-            start = self.start_offset if start is None else start
-            self.check_range(start)
-            stop = self.end_offset if end is None else min(end, self.end_offset)
-            segs = list(self.segments[self._segment_index(start) :])
-        yield from self._scan(segs, start, stop, control, max_records)
-
-    def _scan(self, segs: list[Segment], offset: int, stop: int, control: bool,
-              wanted: int | None) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
-        """:func:`embedlog.reader.scan`; a read-only view whose captured segment was deleted or
-        replaced by the writer before its file was (re)opened (the descriptor budget opens
-        files lazily, :mod:`embedlog._handles`) lists the folder again and resumes after the
-        last batch it yielded."""
-        for _ in range(_RESCANS):
-            try:
-                for header, found in reader.scan(segs, offset, stop, control=control,
-                                                 max_records=wanted,
-                                                 current_end=self._current_end):
-                    offset = header.next_offset
-                    if wanted is not None:
-                        wanted -= len(found)
-                    yield header, found
-                return
-            except StorageError as exc:
-                if exc.errno != errno.ESTALE or self.writable:
-                    raise
-                gone = exc
-            with self.lock:
-                self.refresh()
-                offset = max(offset, self.start_offset)
-                segs = list(self.segments[self._segment_index(offset) :])
-        raise gone
-
-    def _current_end(self) -> int:
-        with self.lock:  # an append in progress has updated the end once the lock is free
-            return self.end_offset
+        (:func:`embedlog.partition_read.batches`: control batches skipped unless ``control``;
+        with ``max_records`` decoded no further than that). ``start=None``: the log start."""
+        return partition_read.batches(self, start, end, control, max_records)
 
     def read(
         self, start: int | None, end: int | None = None, max_records: int | None = None
     ) -> Iterator[Record]:
-        """Records from ``start`` (:func:`embedlog.reader.records`). A bounded read of a
-        read-only view below the known end reads the known records first, with no directory
-        refresh; only a read that comes up short refreshes (reading on from the known end)."""
-        if (self.writable or max_records is None or start is None
-                or start >= self.end_offset):
-            return reader.records(self.topic, self.partition,
-                                  self.batches(start, end, max_records=max_records), max_records)
-        return self._read_known(start, end, max_records)
-
-    def _read_known(self, start: int, end: int | None, max_records: int) -> Iterator[Record]:
-        known = self.end_offset if end is None or end > self.end_offset else end
-        got = 0
-        for rec in reader.records(self.topic, self.partition,
-                                  self.batches(start, known, max_records=max_records),
-                                  max_records):
-            got += 1
-            yield rec
-        if known != end and got < max_records:
-            yield from self.read(known, end, max_records - got)
+        """Records from ``start`` (:func:`embedlog.partition_read.read`)."""
+        return partition_read.read(self, start, end, max_records)
 
     def aborted_txns(self, start: int, end: int) -> AbortedRanges | None:
         """Aborted transactions overlapping ``[start, end)``, from the ``.txnindex`` files
         (:func:`embedlog.transactions.indexed_aborted`; ``None``: a segment has none)."""
         with self.lock:
-            segs = self.segments[self._segment_index(start) :]
+            segs = self.segments[partition_read.segment_index(self, start) :]
         return indexed_aborted(segs, start, end)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""
-        with self.lock:
-            self.refresh()
-            segs = list(self.segments)
-        for seg in segs:
-            if seg.max_timestamp < timestamp and seg is not segs[-1]:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp)
-            if found is not None:
-                return max(found, self.start_offset)
-        return None
+        return partition_read.offset_for_timestamp(self, timestamp)
 
     # ------------------------------------------------------------------ deletion
 
@@ -514,17 +424,9 @@ class Partition:
         now = self.clock() if now is None else now
         with self.lock, self.poison_on_error():
             self.check_writable()
-            total = self.size_bytes()
             deleted = 0
-            retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-            doomed = 0
-            for seg in self.segments[:-1]:
-                by_time = retention_ms >= 0 and now - _segment_time(seg) > retention_ms
-                by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
-                if not (by_time or by_size):
-                    break
-                total -= seg.size
-                doomed += 1
+            doomed = expired(self.segments, now, self.config.retention_ms,
+                             self.config.retention_bytes)
             if doomed:
                 new_start = self.segments[doomed].base_offset
                 self.start_offset = max(self.start_offset, new_start)
@@ -561,7 +463,3 @@ class Partition:
         if manifest:
             write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
 
-
-def _segment_time(seg: Segment) -> int:
-    ts = seg.max_timestamp
-    return ts if ts >= 0 else seg.last_modified_ms()

@@ -1,0 +1,189 @@
+"""The read side of a partition: capturing a range of segments, scanning it into batches and
+records, finding an offset by timestamp, and following the writer from a read-only view.
+
+:class:`~embedlog.partition.Partition` keeps the public calls (``batches``, ``read``,
+``offset_for_timestamp``, ``refresh``); they run these functions on it. Scanning the captured
+segments is :mod:`embedlog.reader`'s.
+
+A read-only partition never writes; the writer of another process keeps appending, rolling,
+deleting and swapping compacted segments in under it. So a view:
+
+* refreshes (:func:`refresh_view`): lists the folder again and adopts what changed
+  (:func:`embedlog.loader.adopt`), the active segment's new size, and the writer's persisted
+  log start offset;
+* scans so that it survives the writer: a captured segment deleted or replaced before its
+  file was (re)opened (the descriptor budget opens files lazily, :mod:`embedlog._handles`) raises
+  ``StorageError(ESTALE)``; the view lists the folder again and resumes after the last batch it
+  yielded, at most ``_RESCANS`` times;
+* reads the known records first: a bounded read below the known end lists no folder; only
+  a read that comes up short refreshes (reading on from the known end).
+
+Invariants: the segment list is captured under the partition's lock, once per scan (segments
+deleted meanwhile stay readable through their open descriptors); a view's log start only moves
+forward and never past its end offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import os
+import threading
+from collections.abc import Iterator
+from typing import Protocol
+
+from . import loader, reader
+from .errors import OffsetOutOfRangeError, StorageError
+from .records import Record
+from .segment import format as fmt
+from .segment.segment import Segment, SegmentSettings
+
+__all__ = [
+    "Readable", "batches", "check_range", "offset_for_timestamp", "read", "refresh_view", "scan",
+    "segment_index",
+]
+
+_RESCANS = 20  # how often a scan follows the writer's deletions and swaps
+
+Batches = Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]
+
+
+class Readable(Protocol):
+    """What reading needs of a partition (:class:`embedlog.partition.Partition`)."""
+
+    directory: str
+    topic: str
+    partition: int
+    settings: SegmentSettings
+    writable: bool
+    lock: threading.RLock
+    segments: list[Segment]
+    start_offset: int
+    _bases: list[int]
+    _manifest_seen: loader.Stamp
+
+    @property
+    def end_offset(self) -> int: ...
+
+    def persisted_start(self) -> int | None: ...
+
+    def refresh(self) -> None: ...
+
+
+def refresh_view(p: Readable) -> None:
+    """Pick up segments created or deleted by the writer (and swapped in by its compaction)
+    and the active segment's new size; a writer's partition is left alone."""
+    if p.writable:
+        return
+    with p.lock:
+        try:
+            names = os.listdir(p.directory)
+        except FileNotFoundError:
+            names = []
+        adopted = loader.adopt(p.directory, p.settings, p.segments, names, p._manifest_seen)
+        if adopted is not None:
+            p.segments, p._manifest_seen = adopted
+            p._bases = [s.base_offset for s in p.segments]
+            if p._bases:
+                p.start_offset = max(p.start_offset, p._bases[0])
+        if p.segments:
+            p.segments[-1].refresh()
+        persisted = p.persisted_start()
+        if persisted is not None and persisted > p.start_offset:
+            p.start_offset = min(persisted, p.end_offset)
+
+
+def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool,
+         wanted: int | None) -> Batches:
+    """:func:`embedlog.reader.scan` of ``segs`` over ``[offset, stop)``; a view that meets
+    ESTALE lists the folder again and resumes (a writer re-raises it)."""
+
+    def current_end() -> int:
+        with p.lock:  # an append in progress has updated the end once the lock is free
+            return p.end_offset
+
+    for _ in range(_RESCANS):
+        try:
+            for header, found in reader.scan(segs, offset, stop, control=control,
+                                             max_records=wanted, current_end=current_end):
+                offset = header.next_offset
+                if wanted is not None:
+                    wanted -= len(found)
+                yield header, found
+            return
+        except StorageError as exc:
+            if exc.errno != errno.ESTALE or p.writable:
+                raise
+            gone = exc
+        with p.lock:
+            p.refresh()
+            offset = max(offset, p.start_offset)
+            segs = list(p.segments[segment_index(p, offset) :])
+    raise gone
+
+
+def segment_index(p: Readable, offset: int) -> int:
+    """Where in ``p.segments`` the segment holding ``offset`` is (the first one below it)."""
+    return max(0, bisect.bisect_right(p._bases, offset) - 1)
+
+
+def check_range(p: Readable, offset: int) -> None:
+    """Raise unless ``offset`` lies in ``[log start, log end]`` (the end: nothing yet)."""
+    if offset < p.start_offset or offset > p.end_offset:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} is out of range for {p.topic}-{p.partition}: "
+            f"the log holds [{p.start_offset}, {p.end_offset})"
+        )
+
+
+def batches(p: Readable, start: int | None, end: int | None, control: bool,
+            max_records: int | None) -> Batches:
+    """Data batches whose records fall in ``[start, end)``, each restricted to that range
+    (:func:`embedlog.reader.scan`: control batches skipped unless ``control``; with
+    ``max_records`` decoded no further than that). The segment list is captured once.
+    ``start=None``: the log start when the scan begins (wherever retention moved it)."""
+    with p.lock:
+        if not p.writable and (start is None or start >= p.end_offset or end is None):
+            p.refresh()
+        start = p.start_offset if start is None else start
+        check_range(p, start)
+        stop = p.end_offset if end is None else min(end, p.end_offset)
+        segs = list(p.segments[segment_index(p, start) :])
+    yield from scan(p, segs, start, stop, control, max_records)
+
+
+def read(p: Readable, start: int | None, end: int | None,
+         max_records: int | None) -> Iterator[Record]:
+    """Records from ``start`` (:func:`embedlog.reader.records`); a bounded read of a view below
+    its known end reads the known records first (:func:`_read_known`)."""
+    if p.writable or max_records is None or start is None or start >= p.end_offset:
+        return reader.records(p.topic, p.partition,
+                              batches(p, start, end, False, max_records), max_records)
+    return _read_known(p, start, end, max_records)
+
+
+def _read_known(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:
+    """Up to ``max_records`` records from ``start``: those below the known end first, then
+    (only if that came up short) on from there through :func:`read`, which refreshes."""
+    known = p.end_offset if end is None or end > p.end_offset else end
+    got = 0
+    for rec in reader.records(p.topic, p.partition,
+                              batches(p, start, known, False, max_records), max_records):
+        got += 1
+        yield rec
+    if known != end and got < max_records:
+        yield from read(p, known, end, max_records - got)
+
+
+def offset_for_timestamp(p: Readable, timestamp: int) -> int | None:
+    """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""
+    with p.lock:
+        p.refresh()
+        segs = list(p.segments)
+    for seg in segs:
+        if seg.max_timestamp < timestamp and seg is not segs[-1]:
+            continue
+        found = seg.find_offset_by_timestamp(timestamp)
+        if found is not None:
+            return max(found, p.start_offset)
+    return None

@@ -1,0 +1,36 @@
+"""Retention policy: which leading segments of a partition ``retention.ms`` and
+``retention.bytes`` let go (Kafka's time- and size-based deletion). Pure: it reads segment
+sizes and times, deletes nothing; :meth:`Partition.enforce_retention
+<embedlog.partition.Partition.enforce_retention>` moves the log start and unlinks.
+
+Rules: only closed segments go, never the active (last) one; segments go strictly from the
+front; a segment goes by time when its newest timestamp (its file's modification time when it
+holds no timestamp) is more than ``retention.ms`` before ``now``, by size when the partition
+without it still holds at least ``retention.bytes``; a negative setting disables that rule.
+"""
+
+from __future__ import annotations
+
+from .segment.segment import Segment
+
+__all__ = ["expired", "segment_time"]
+
+
+def expired(segments: list[Segment], now: int, retention_ms: int, retention_bytes: int) -> int:
+    """How many leading segments of ``segments`` (the active one last) retention deletes."""
+    total = sum(s.size for s in segments)
+    doomed = 0
+    for seg in segments[:-1]:
+        by_time = retention_ms >= 0 and now - segment_time(seg) > retention_ms
+        by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
+        if not (by_time or by_size):
+            break
+        total -= seg.size
+        doomed += 1
+    return doomed
+
+
+def segment_time(seg: Segment) -> int:
+    """The time retention.ms measures a segment by: its largest timestamp, else its mtime."""
+    ts = seg.max_timestamp
+    return ts if ts >= 0 else seg.last_modified_ms()
