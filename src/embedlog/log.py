@@ -7,6 +7,10 @@ recovery point when the last close was not clean), and keeps Kafka's checkpoint 
 segments as they appear, and also opens a plain Kafka log directory (topics discovered from the
 ``<topic>-<partition>`` folder names).
 
+The folder's lifecycle (writer lock, recovery on open, close, forks, finding a topic's
+partition, the transaction coordinator) is :class:`~embedlog.log_folder.LogFolder`'s, which
+``Log`` extends with the public calls: topics, append, read, deletion, compaction, clients.
+
 A ``Log`` is safe to share between threads: appends to one partition are serialised by that
 partition's lock; reads run concurrently. It is not usable across ``fork()``
 (:mod:`embedlog._fork`).
@@ -14,39 +18,28 @@ partition's lock; reads run concurrently. It is not usable across ``fork()``
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _fork, _validate, metadata
+from . import _validate
 from ._batch import record_batch
 from ._client_api import Durability
-from ._platform import WriterLock
 from .batch_writer import choose_codec, spread, write_records
 from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
 from .config import TopicConfig
-from .errors import (
-    CorruptionError,
-    InvalidConfigError,
-    LogClosedError,
-    ReadOnlyError,
-    UnknownTopicError,
-    UsageError,
-)
-from .folder_check import prepare_folder
+from .errors import UsageError
+from .log_folder import LogFolder
 from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
 from .naming import validate_topic
-from .partition import Partition, SegmentInfo, now_ms
+from .partition import Partition, SegmentInfo
 from .partitioner import partition_for_key
-from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
+from .records import Header, Record, RecordBatch, RecordMetadata
 from .segment import format as fmt
-from .topics import Topic, TopicTable
+from .topics import Topic
 from .transactions import last_stable_offset
-from .txn_coordinator import TxnCoordinator
 from .upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -56,7 +49,7 @@ __all__ = ["LOG_START", "METADATA", "RECOVERY_POINT", "Durability", "Log", "open
            "parse_metadata"]
 
 
-class Log(_fork.ForkGuard):
+class Log(LogFolder):
     """An open log directory. Use :func:`embedlog.open` to get one."""
 
     def __init__(
@@ -70,22 +63,11 @@ class Log(_fork.ForkGuard):
         upkeep: bool | Mapping[str, Any] = True,
         adopt: bool = False,
     ) -> None:
-        if durability not in ("none", "fsync"):
-            raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
-        self.path = os.path.abspath(os.fspath(path))
-        self.read_only = read_only
-        self.durability: Durability = durability
-        self.clock = clock or now_ms
-        self._lock = threading.RLock()
-        self._topics = TopicTable(self.path, writable=not read_only,
-                                  fsync=durability == "fsync", clock=self.clock)
-        self._closed = False
-        self._writer_lock: WriterLock | None = None
-        self._round_robin = itertools.count()
-        self._create = create
+        super().__init__(path, read_only=read_only, durability=durability, create=create,
+                         clock=clock)
+        self._round_robin = itertools.count()  # keyless records' partition
         self._compactor: Compactor | None = None
         self._cleaner: CleanerThread | None = None
-        self._txn: TxnCoordinator | None = None
         self._upkeep = Upkeep(upkeep, self._topics.healthy,
                               lambda *a: self._compaction().clean_round(*a),
                               writable=not read_only, clock=self.clock)
@@ -93,101 +75,23 @@ class Log(_fork.ForkGuard):
         self._track_forks()
         self._upkeep.start()
 
-    # ------------------------------------------------------------------ open / close
-
-    def _open(self, adopt: bool) -> None:
-        prepare_folder(self.path, writing=not self.read_only, create=self._create, adopt=adopt)
-        if self.read_only:
-            self._topics.load()
-            return
-        self._writer_lock = WriterLock(self.path)
-        self._writer_lock.acquire()
-        try:
-            clean = metadata.take_clean_marker(self.path)
-            self._topics.load()
-            self._topics.recover(clean)
-            if TxnCoordinator.present(self.path):
-                self._transactions().recover()
-        except BaseException:
-            # The open's own error is what the caller must see; releasing what it left half
-            # open may fail too (e.g. a segment whose index could not be opened), but the
-            # writer lock must be released whatever happens.
-            try:
-                with contextlib.suppress(Exception):
-                    self._close_partitions()
-            finally:
-                self._writer_lock.release()
-            raise
-
     def close(self) -> None:
-        """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the
-        lock. Idempotent. In a ``fork()`` child it only drops the child's descriptors."""
-        if self._inherited:  # the child's copy of the lock's descriptor goes, nothing else
-            self._closed = True
-            if self._writer_lock is not None:
-                self._writer_lock.release()  # unlocks only in the process that locked
-            return
-        self._upkeep.stop()
-        self.stop_cleaner()
-        if self._compactor is not None:  # a compaction running in another thread stops first
-            self._compactor.stop(self._topics.partitions())
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                if not self.read_only and not self._poisoned():
-                    for p in self._topics.healthy():
-                        p.flush()
-                    self._topics.checkpoint_recovery_points(final=True)
-                    self._close_partitions()
-                    if not self._topics.kept:  # damage is re-checked by the next open
-                        metadata.write_clean_marker(self.path)
-                else:
-                    self._close_partitions()
-            finally:
-                if self._writer_lock is not None:
-                    self._writer_lock.release()
-
-    def _on_fork_child(self) -> None:
-        super()._on_fork_child()
-        for p in self._topics.partitions():  # a producer's open batches must not land either
-            p.refusal = self._inherited_error
-
-    def _poisoned(self) -> bool:
-        return any(p.poisoned is not None for p in self._topics.partitions())
-
-    def _close_partitions(self) -> None:
-        for p in self._topics.partitions():
-            p.close()
+        """Stop upkeep and compaction; flush, trim indexes, write the checkpoints and the
+        clean-shutdown marker, release the lock (:meth:`LogFolder.close
+        <embedlog.log_folder.LogFolder.close>`). Idempotent. In a ``fork()`` child it only
+        drops the child's descriptors."""
+        if not self._inherited:
+            self._upkeep.stop()
+            self.stop_cleaner()
+            if self._compactor is not None:  # a compaction running in another thread stops first
+                self._compactor.stop(self._topics.partitions())
+        super().close()
 
     def __enter__(self) -> Log:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (raises in a ``fork()`` child, as every call)."""
-        self._check_not_inherited()
-        return self._closed
-
-    def quarantined(self) -> dict[TopicPartition, CorruptionError]:
-        """Partitions opened *quarantined* and the damage found (docs/guarantees.md): records
-        before it are readable, appends raise :class:`~embedlog.PartitionQuarantinedError`."""
-        self._check_open()
-        return self._topics.quarantined()
-
-    def _check_open(self) -> None:
-        self._check_not_inherited()
-        if self._closed:
-            raise LogClosedError(f"the log at {self.path} is closed")
-
-    def _check_writer(self) -> None:
-        self._check_open()
-        if self.read_only:
-            raise ReadOnlyError(f"the log at {self.path} was opened read-only")
 
     # ------------------------------------------------------------------ topics
 
@@ -231,25 +135,6 @@ class Log(_fork.ForkGuard):
 
     def partition_count(self, topic: str) -> int:
         return len(self._topic(topic).partitions)
-
-    def _topic(self, name: str) -> Topic:
-        self._check_open()
-        if name.__class__ is not str:
-            validate_topic(name)  # raises: not a str (perhaps not even hashable)
-        topic = self._topics.by_name.get(name)
-        if topic is None and self.read_only:
-            validate_topic(name)
-            with self._lock:
-                self._topics.load()
-            topic = self._topics.by_name.get(name)
-        if topic is None:
-            validate_topic(name)
-            raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
-        return topic
-
-    def _partition_of(self, topic: str, partition: int) -> Partition:
-        parts = self._topic(topic).partitions
-        return parts[_validate.partition_of(partition, len(parts), topic)]
 
     # ------------------------------------------------------------------ appending
 
@@ -507,16 +392,6 @@ class Log(_fork.ForkGuard):
 
         return Producer(self, **kwargs)
 
-    def _transactions(self) -> TxnCoordinator:
-        """The transaction coordinator (created on first use; the writer's only)."""
-        self._check_writer()
-        with self._lock:
-            if self._txn is None:
-                self._txn = TxnCoordinator(self, lambda: max(
-                    (p.max_producer_id() for t in self._topics.by_name.values()
-                     for p in t.partitions), default=-1))
-            return self._txn
-
     def last_stable_offset(self, topic: str, partition: int) -> int:
         """The partition's last stable offset: the first offset of its oldest transaction
         without a marker, else the end offset. ``read_committed`` readers stop here."""
@@ -531,10 +406,6 @@ class Log(_fork.ForkGuard):
         from .consumer import Consumer
 
         return Consumer(self, *topics, **kwargs)
-
-    def __repr__(self) -> str:
-        mode = "read-only" if self.read_only else "writer"
-        return f"<embedlog.Log {self.path!r} {mode}{' closed' if self._closed else ''}>"
 
 
 def open(
