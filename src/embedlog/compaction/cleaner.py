@@ -2,13 +2,13 @@
 
 1. **Plan** (:mod:`.plan`): the dirty section ``[first dirty, first uncleanable)``; the producer
    and transaction facts of the partition (:mod:`.txn`).
-2. **Map**: read the dirty section in offset order and record, for each key digest, the latest
-   offset (:class:`.OffsetMap`); aborted transactional batches and control batches are not
-   mapped. The map stops at a batch boundary when it is full (then a later pass continues from
-   there): its end is the *end offset* of the pass. While reading, what the rewrite will need
-   of each dirty batch (record offsets, byte ranges, timestamps, null values) is kept in memory
-   while it fits in what the map left of the byte budget, so the rewrite need not decode those
-   batches again.
+2. **Map** (:mod:`.mapping`): read the dirty section in offset order and record, for each key
+   digest, the latest offset (:class:`.OffsetMap`); aborted transactional batches and control
+   batches are not mapped. The map stops at a batch boundary when it is full (then a later
+   pass continues from there): its end is the *end offset* of the pass. While reading, what the
+   rewrite will need of each dirty batch (record offsets, byte ranges, timestamps, null values)
+   is kept in memory while it fits in what the map left of the byte budget, so the rewrite need
+   not decode those batches again.
 3. **Rewrite**: the non-active segments below the end offset, from the log start, in groups
    (:func:`.plan.group_segments`), each group into one ``.cleaned`` segment swapped in by
    :func:`.swap.install`. A record is kept when it lies past the end offset, or has a key and
@@ -44,18 +44,17 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _io
-from ..errors import InvalidConfigError
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
 from ..segment import format as fmt
 from ..segment.segment import Segment
 from .columns import Columns, decode_batches, section
 from .digest import Digester, padded
-from .offset_map import SLOT_BYTES, OffsetMap
+from .mapping import KeyMapper, KnownChunk
 from .plan import Cleanable, cleanable, group_segments
 from .stats import CompactionStats
 from .swap import discard, install
-from .txn import CleanedTransactions, ProducerLog, control_type, scan_headers
+from .txn import CleanedTransactions, control_type, scan_headers
 
 __all__ = ["Cancelled", "PassResult", "clean_partition"]
 
@@ -69,8 +68,6 @@ times its size."""
 MIN_CHUNK_BYTES: Final = 256 << 10
 BYTES_PER_CHUNK_RECORD: Final = 128
 """Chunks also end after ``chunk bytes / 128`` records (small records)."""
-KNOWN_BYTES_PER_RECORD: Final = 17
-"""Memory the map phase keeps per dirty record for the rewrite (see :class:`_KnownChunk`)."""
 
 
 class Cancelled(Exception):
@@ -85,21 +82,11 @@ class PassResult:
     plan: Cleanable | None
 
 
-@dataclass(frozen=True, slots=True)
-class _KnownChunk:
-    """Columns of the dirty records of one decoded chunk, kept for the rewrite."""
-
-    delta: npt.NDArray[np.int32]  # offset - batch base offset
-    end: npt.NDArray[np.int32]  # where the record ends in its batch's records section
-    timestamps: I64
-    tomb: Bools  # null value
-
-
 @dataclass(slots=True)
 class _Batch:
     raw: memoryview
     header: fmt.BatchHeader
-    known: tuple[_KnownChunk, int, int] | None = None
+    known: tuple[KnownChunk, int, int] | None = None
     aborted: bool = False
     control_kind: int | None = None
     discardable: bool = False  # control batch whose transaction is gone
@@ -129,7 +116,6 @@ class _Pass:
         self.should_stop = should_stop
         self.stats = CompactionStats(partitions=1, passes=1)
         self.digester = Digester()
-        self.known_bytes = 0
         self.chunk_bytes = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, map_bytes // 16))
         self.chunk_records = self.chunk_bytes // BYTES_PER_CHUNK_RECORD
 
@@ -159,7 +145,10 @@ class _Pass:
             if s.base_offset < plan.first_uncleanable
             and segments[i + 1].base_offset > plan.first_dirty
         ]
-        omap, end_offset, known = self._build_map(dirty, plan, plog)
+        mapper = KeyMapper(map_bytes=self.map_bytes, chunk_bytes=self.chunk_bytes,
+                           chunk_records=self.chunk_records, digester=self.digester,
+                           check_stop=self._check_stop, where=f"{p.topic}-{p.partition}")
+        omap, end_offset, known = mapper.build(dirty, plan, plog)
         self.map = omap
         self.survivors = omap.latest_offsets()
         self.first_dirty = plan.first_dirty
@@ -180,113 +169,6 @@ class _Pass:
         self.stats.map_bytes = omap.nbytes
         self.stats.elapsed_s = time.perf_counter() - began
         return PassResult(self.stats, end_offset if complete else None, plan)
-
-    # ------------------------------------------------------------------ map
-
-    def _build_map(
-        self, dirty: Sequence[Segment], plan: Cleanable, plog: ProducerLog
-    ) -> tuple[OffsetMap, int, dict[int, tuple[_KnownChunk, int, int]]]:
-        first_dirty = plan.first_dirty
-        omap = OffsetMap(self.map_bytes)
-        self.known_bytes = 0
-        known: dict[int, tuple[_KnownChunk, int, int]] = {}
-        txn = CleanedTransactions(plog.aborted)
-        pending: list[tuple[memoryview, fmt.BatchHeader]] = []
-        pending_records = pending_bytes = 0
-        latest = -1
-
-        def flush() -> None:
-            nonlocal pending_records, pending_bytes
-            if pending:
-                self._map_chunk(omap, pending, first_dirty, known)
-            pending.clear()
-            pending_records = pending_bytes = 0
-
-        full = False
-        ends = [s.base_offset for s in dirty[1:]] + [plan.first_uncleanable]
-        for seg, seg_end in zip(dirty, ends, strict=True):
-            for buf, pos, h in seg.batches(seg.find_position(first_dirty) or 0):
-                self._check_stop()
-                if h.last_offset < first_dirty:
-                    continue
-                if h.base_offset >= plan.first_uncleanable:
-                    break
-                raw = memoryview(buf)[pos : pos + h.size]
-                if h.is_control:
-                    txn.on_control_batch(h, control_type(raw, h))
-                elif h.records_count and not txn.on_data_batch(h):
-                    if omap.size + pending_records + h.records_count > omap.max_entries:
-                        flush()  # first see how many of the pending keys are new
-                        if not self._make_room(omap, omap.size + h.records_count, known):
-                            full = True
-                            break
-                    pending.append((raw, h))
-                    pending_records += h.records_count
-                    pending_bytes += h.size
-                    if (pending_records >= self.chunk_records
-                            or pending_bytes >= self.chunk_bytes):
-                        flush()
-                latest = h.last_offset
-            if full:
-                break
-            latest = max(latest, seg_end - 1)  # a fully mapped segment: past any offset gap
-        flush()
-        if latest < first_dirty:
-            raise InvalidConfigError(
-                f"the compaction key map ({self.map_bytes} bytes, room for {omap.max_entries} "
-                f"keys) cannot hold one batch of {self.p.topic}-{self.p.partition}; "
-                "give compaction more memory"
-            )
-        return omap, latest + 1, known
-
-    def _make_room(
-        self, omap: OffsetMap, entries: int, known: dict[int, tuple[_KnownChunk, int, int]]
-    ) -> bool:
-        """Grow the map to hold ``entries`` keys within the byte budget, which also has to cover
-        the sorted survivors (8 bytes a key) and the data kept for the rewrite (given up first:
-        the rewrite then decodes those batches again)."""
-        if entries <= omap.max_entries:
-            return True
-        per_slot = SLOT_BYTES + 8 * omap.load_factor
-        for spare in (self.known_bytes, 0):
-            if omap.grow(entries, max_bytes=int((self.map_bytes - spare) / per_slot) * SLOT_BYTES):
-                return True
-            known.clear()
-            self.known_bytes = 0
-        return False
-
-    def _map_chunk(
-        self,
-        omap: OffsetMap,
-        batches: list[tuple[memoryview, fmt.BatchHeader]],
-        first_dirty: int,
-        known: dict[int, tuple[_KnownChunk, int, int]],
-    ) -> None:
-        cols = decode_batches(batches)
-        r = cols.records
-        mapped = np.flatnonzero((r.offsets >= first_dirty) & (r.key_len >= 0))
-        lane0, lane1 = self.digester.digests(
-            padded(r.data), r.key_pos[mapped], r.key_len[mapped].astype(np.int64)
-        )
-        omap.put(lane0, lane1, r.offsets[mapped])
-        cost = len(r) * KNOWN_BYTES_PER_RECORD
-        free = self.map_bytes - omap.nbytes - 8 * omap.max_entries - self.known_bytes
-        if cols.bounds is None or cost > free:
-            return
-        counts = np.diff(cols.first)
-        bases = np.fromiter((h.base_offset for _, h in batches), np.int64, len(batches))
-        section_start = np.repeat(cols.sections[:-1], counts)
-        chunk = _KnownChunk(
-            (r.offsets - np.repeat(bases, counts)).astype(np.int32),
-            (cols.bounds[1:] - section_start).astype(np.int32),
-            r.timestamps,
-            r.value_len < 0,
-        )
-        self.known_bytes += cost
-        for b, (_, h) in enumerate(batches):
-            if h.base_offset >= first_dirty:
-                lo, hi = cols.of_batch(b)
-                known[h.base_offset] = (chunk, lo, hi)
 
     # ------------------------------------------------------------------ rewrite
 
