@@ -52,7 +52,7 @@ from .naming import (
     parse_segment_file,
     segment_path,
 )
-from .segment.rules import end_offset_of, stray_empty_tail
+from .segment.rules import bounds_of, end_offset_of, stray_empty_tail
 from .segment.segment import Segment, SegmentSettings
 from .transactions import rebuild_txn_indexes
 
@@ -62,6 +62,7 @@ __all__ = [
     "adopt",
     "complete_swaps",
     "open_view",
+    "place",
     "quarantine",
     "quarantine_error",
     "reader_view",
@@ -97,6 +98,17 @@ def segment_bases(names: Iterable[str]) -> list[int]:
     )
 
 
+def place(segments: list[Segment], settings: SegmentSettings, *, active_tail: bool = True
+          ) -> list[Segment]:
+    """The one place a partition's ``segments`` (sorted) get their offset rules (recovery,
+    quarantine, read-only views; :func:`~embedlog.segment.rules.bounds_of`); the last is dense
+    only if it is the active segment (``active_tail``: not a sealed one left last). Returns them."""
+    dense = settings.dense_tail and active_tail
+    for seg, bounds in zip(segments, bounds_of(segments, dense_tail=dense), strict=True):
+        seg.bounds = bounds
+    return segments
+
+
 # ---------------------------------------------------------------------------- the writer
 
 
@@ -124,7 +136,8 @@ def recover(
     segments = [Segment(directory, b, settings, writable=False) for b in bases]
     try:
         _drop_below_start(directory, segments, start_offset)
-        _drop_stray_empty_tail(directory, segments, sealed)
+        revived = _drop_stray_empty_tail(directory, segments, sealed)
+        place(segments, settings, active_tail=not revived)
         _recover_segments(directory, settings, segments, sealed, recovery_point, clean)
         _check_end(directory, segments, recovery_point, clean, start_offset, start_from)
     except BaseException:
@@ -187,14 +200,15 @@ def quarantine(directory: str, settings: SegmentSettings, damage: CorruptionErro
     """The read-only segments of a partition whose writer open found ``damage``: every
     segment up to the damaged one (included when it exists: its records before the damage stay
     readable; a read reaching the damage raises), none after it. Nothing is modified."""
-    bases = segment_bases(check_folder(directory))
+    listed = bases = segment_bases(check_folder(directory))
     parsed = parse_segment_file(os.path.basename(damage.path or ""))
     if parsed is not None and os.path.dirname(damage.path or "") == directory:
         present = os.path.exists(damage.path or "")
         bases = [b for b in bases if b < parsed[0] or (present and b == parsed[0])]
     log.error("%s is quarantined (appends refused, reads up to the damage): %s",
               directory, damage)
-    return [Segment(directory, b, settings, writable=False) for b in bases]
+    return place([Segment(directory, b, settings, writable=False) for b in bases], settings,
+                 active_tail=bases == listed)
 
 
 class _Named(Protocol):
@@ -245,20 +259,21 @@ def _drop_below_start(directory: str, segments: list[Segment], start_offset: int
 
 
 def _drop_stray_empty_tail(directory: str, segments: list[Segment], sealed: dict[int, int]
-                           ) -> None:
+                           ) -> bool:
     """Delete empty segment files after the writer's active segment (they hold no byte; see
     :func:`~embedlog.segment.rules.stray_empty_tail`); the last segment standing becomes the
-    active one again, so it leaves the manifest of sealed sizes."""
+    active one again, so it leaves the manifest of sealed sizes (returns whether it was in it)."""
     strays = stray_empty_tail(segments)
     if not strays:
-        return
+        return False
     log.warning("%s: deleting %d empty segment file(s) after the data", directory, strays)
     for seg in segments[-strays:]:
         seg.delete()
     del segments[-strays:]
     _io.fsync_dir(directory)
-    if sealed.pop(segments[-1].base_offset, None) is not None:
+    if revived := sealed.pop(segments[-1].base_offset, None) is not None:
         write_manifest(directory, sealed)
+    return revived
 
 
 def _recover_segments(
@@ -280,8 +295,10 @@ def _recover_segments(
     i = first
     while i < len(segments):
         last = len(segments) - 1
-        segments[i].close()
-        seg = segments[i] = Segment(directory, segments[i].base_offset, settings, writable=True)
+        old = segments[i]
+        old.close()
+        seg = segments[i] = Segment(directory, old.base_offset, settings, writable=True)
+        seg.bounds = old.bounds
         seg.open_indexes_for_append()
         if clean and i == last:
             seg.load_active_state()
@@ -303,6 +320,7 @@ def _recover_segments(
                 later.delete()
             del segments[i + 1 :]
             _io.fsync_dir(directory)
+            place(segments, settings, active_tail=not is_sealed)
         if i < len(segments) - 1:
             seg.seal()
         i += 1
@@ -396,9 +414,9 @@ def open_view(directory: str, settings: SegmentSettings) -> tuple[list[Segment],
     against (None until the first :func:`adopt`; a swap in progress is adopted at once)."""
     names = check_folder(directory)
     bases = segment_bases(names)
-    segments = [
+    segments = place([
         Segment(directory, b, settings, writable=False, live=b == bases[-1]) for b in bases
-    ]
+    ], settings)
     if any(n.endswith(SWAP_SUFFIX) for n in names):
         adopted = adopt(directory, settings, segments, names, None)
         if adopted is not None:
@@ -440,7 +458,7 @@ def adopt(
         if seg.live:
             seg.refresh()
             seg.live = False
-    return segs, stamp
+    return place(segs, settings), stamp
 
 
 def reader_view(directory: str, settings: SegmentSettings) -> dict[int, Segment | None]:

@@ -8,9 +8,12 @@
     .kafka_cleanshutdown               present only after a clean close
 
 ``embedlog.json`` layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>,
-"config": {<Kafka name>: <value set explicitly or differing from the default>}}}}``,
-replaced atomically. A Kafka folder has none: its topics are discovered from the
-``<topic>-<partition>`` folder names (:func:`discover_topics`). Everything read here is
+"config": {<Kafka name>: <value set explicitly or differing from the default>},
+"dense": true}}}``, replaced atomically. ``"dense"`` marks a topic embedlog created, so its
+active segments have no offset gap (:mod:`embedlog.segment.rules`); a topic found in a Kafka
+folder, or written by an older embedlog, has none and keeps Kafka's rules. A Kafka folder
+has no ``embedlog.json``: its topics are discovered from the ``<topic>-<partition>`` folder
+names (:func:`discover_topics`). Everything read here is
 untrusted input; a bad file raises :class:`~embedlog.errors.CorruptCheckpointError`.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from . import _io, checkpoint
@@ -58,8 +61,9 @@ CLEAN_SHUTDOWN: Final = CLEAN_SHUTDOWN_FILE
 Topics = dict[str, tuple[int, TopicConfig]]
 
 
-def read_metadata(root: str) -> Topics | None:
-    """``{topic: (partition count, config)}`` from ``embedlog.json``; None without the file."""
+def read_metadata(root: str, *, dense: set[str] | None = None) -> Topics | None:
+    """``{topic: (partition count, config)}`` from ``embedlog.json``; None without the file.
+    ``dense`` receives the topics marked ``"dense"``."""
     path = os.path.join(root, METADATA)
     try:  # a regular file only: a FIFO would block, a symlink could point anywhere
         raw = _io.read_regular(path, _MAX_METADATA_BYTES + 1, error=CorruptCheckpointError)
@@ -67,7 +71,7 @@ def read_metadata(root: str) -> Topics | None:
         raise CorruptCheckpointError(f"unreadable topic metadata: {exc}", path=path) from exc
     if raw is None:
         return None
-    return parse_metadata(raw, path=path)
+    return parse_metadata(raw, path=path, dense=dense)
 
 
 def discover_topics(root: str) -> Topics:
@@ -97,12 +101,15 @@ def read_root_checkpoint(root: str, name: str, max_entries: int
             for line, (topic, part, offset) in enumerate(rows or (), start=3)}
 
 
-def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]]) -> None:
-    """Replace ``embedlog.json`` with ``topics``, atomically."""
+def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]],
+                   dense: Collection[str] = ()) -> None:
+    """Replace ``embedlog.json`` with ``topics``, atomically; the topics in ``dense`` are
+    marked ``"dense": true``."""
     doc = {
         "version": 1,
         "topics": {
             name: {"partitions": count, "config": _non_default(config)}
+            | ({"dense": True} if name in dense else {})
             for name, (count, config) in topics.items()
         },
     }
@@ -158,13 +165,15 @@ _MAX_METADATA_BYTES = 64 * 1024 * 1024
 _MAX_PARTITIONS = 1 << 20
 
 
-def parse_metadata(raw: bytes, *, path: str | None = None) -> dict[str, tuple[int, TopicConfig]]:
-    """``{topic: (partition count, config)}`` from the bytes of ``embedlog.json``.
+def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | None = None
+                   ) -> dict[str, tuple[int, TopicConfig]]:
+    """``{topic: (partition count, config)}`` from the bytes of ``embedlog.json``; ``dense``
+    (when given) receives the names of the topics marked ``"dense": true``.
 
     Layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>, "config": {<Kafka
-    name>: <value>}}}}``. Anything else -- bad JSON, wrong types, an invalid topic name, a
-    partition count outside ``1..2**20``, a config Kafka would reject -- raises
-    :class:`~embedlog.errors.CorruptCheckpointError`.
+    name>: <value>}, "dense": <bool, optional>}}}``. Anything else -- bad JSON, wrong types, an
+    invalid topic name, a partition count outside ``1..2**20``, a config Kafka would reject --
+    raises :class:`~embedlog.errors.CorruptCheckpointError`.
     """
 
     def bad(msg: str) -> CorruptCheckpointError:
@@ -192,6 +201,11 @@ def parse_metadata(raw: bytes, *, path: str | None = None) -> dict[str, tuple[in
             raise bad(f"topic {name!r} has an invalid partition count {count!r}")
         if not isinstance(config, dict):
             raise bad(f"topic {name!r} has a config that is not an object")
+        marked = info.get("dense", False)
+        if not isinstance(marked, bool):
+            raise bad(f"topic {name!r} has a dense flag that is not a boolean")
+        if marked and dense is not None:
+            dense.add(name)
         try:
             out[name] = (count, TopicConfig.from_kafka(config))
         except (UsageError, OverflowError) as exc:

@@ -19,6 +19,7 @@ from . import _io
 from .errors import CorruptBatchError
 from .records import Record
 from .segment import format as fmt
+from .segment.rules import check_ceiling
 from .segment.segment import Segment
 
 __all__ = ["records", "scan"]
@@ -67,12 +68,7 @@ def _past(seg: Segment, header: fmt.BatchHeader, ceiling: int | None, stop: int,
           current_end: Callable[[], int]) -> bool:
     """Whether ``header`` lies at or past ``stop``; raises for a batch reaching into the next
     segment or past the log end."""
-    if ceiling is not None and header.last_offset >= ceiling:
-        raise CorruptBatchError(
-            f"batch offsets {header.base_offset}..{header.last_offset} reach into "
-            f"the next segment (base {ceiling})",
-            path=seg.log_path,
-        )
+    check_ceiling(header, ceiling, seg.log_path)
     if header.base_offset < stop:
         return False
     if not seg.live and header.base_offset >= current_end():

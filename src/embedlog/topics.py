@@ -16,6 +16,7 @@ written *before* the segments below them are unlinked (see :mod:`embedlog.partit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -39,12 +40,18 @@ __all__ = ["Topic", "TopicTable"]
 
 
 class Topic:
-    __slots__ = ("config", "name", "partitions")
+    """A topic: its name, config and partitions. ``dense``: embedlog created it, so its
+    active segments have no offset gap (``"dense"`` in ``embedlog.json``; see
+    :mod:`embedlog.segment.rules`); a topic found in a Kafka folder is not."""
 
-    def __init__(self, name: str, config: TopicConfig, partitions: list[Partition]):
+    __slots__ = ("config", "dense", "name", "partitions")
+
+    def __init__(self, name: str, config: TopicConfig, partitions: list[Partition],
+                 dense: bool = False):
         self.name = name
         self.config = config
         self.partitions = partitions
+        self.dense = dense
 
 
 class TopicTable:
@@ -81,14 +88,15 @@ class TopicTable:
     def load(self) -> None:
         """Add the topics ``embedlog.json`` lists (or, in a Kafka folder, its partition folders
         show) that are not known yet; a read-only view opens their partitions at once."""
-        meta = metadata.read_metadata(self.root)
+        dense: set[str] = set()
+        meta = metadata.read_metadata(self.root, dense=dense)
         if meta is None:
             meta = metadata.discover_topics(self.root)
         for name, (count, config) in meta.items():
             if name in self.by_name:
                 continue
-            parts = [self._partition(name, i, config) for i in range(count)]
-            self.by_name[name] = Topic(name, config, parts)
+            parts = [self._partition(name, i, config, name in dense) for i in range(count)]
+            self.by_name[name] = Topic(name, config, parts, name in dense)
         if not self.writable:
             starts = metadata.read_root_checkpoint(self.root, metadata.LOG_START,
                                                    metadata.partition_folder_count(self.root))
@@ -122,8 +130,10 @@ class TopicTable:
                 if p.damage is not None:
                     self.kept[tp] = (point[0] if point else None, start[0] if start else None)
 
-    def _partition(self, topic: str, index: int, config: TopicConfig) -> Partition:
-        return Partition(
+    def _partition(self, topic: str, index: int, config: TopicConfig, dense: bool
+                   ) -> Partition:
+        """A partition of ``topic``; ``dense``: the topic is embedlog's (:class:`Topic`)."""
+        p = Partition(
             os.path.join(self.root, partition_dir_name(topic, index)),
             topic,
             index,
@@ -135,6 +145,8 @@ class TopicTable:
             on_roll=self.checkpoint_recovery_points,
             start_offset_source=None if self.writable else self._persisted_start_offset,
         )
+        p.settings = dataclasses.replace(p.settings, dense_tail=dense)
+        return p
 
     def _persisted_start_offset(self, p: Partition) -> int | None:
         """Read-only views: the writer's ``log-start-offset-checkpoint`` entry for ``p``."""
@@ -164,11 +176,11 @@ class TopicTable:
             for i, d in enumerate(dirs):
                 _io.mkdir(d)
                 created.append(d)
-                parts.append(self._partition(name, i, config))
+                parts.append(self._partition(name, i, config, dense=True))
             _io.fsync_dir(self.root)
             for p in parts:
                 p.load(recovery_point=None, start_offset=0, clean=True)
-            self.by_name[name] = Topic(name, config, parts)
+            self.by_name[name] = Topic(name, config, parts, dense=True)
             self.write_metadata()
         except BaseException:
             self._undo_create(name, parts, created)
@@ -216,8 +228,9 @@ class TopicTable:
         return topic.config
 
     def write_metadata(self) -> None:
-        metadata.write_metadata(self.root, {
-            t.name: (len(t.partitions), t.config) for t in list(self.by_name.values())})
+        topics = list(self.by_name.values())
+        metadata.write_metadata(self.root, {t.name: (len(t.partitions), t.config) for t in topics},
+                                dense={t.name for t in topics if t.dense})
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -354,6 +354,14 @@ def run_corpus(trials: int) -> tuple[dict[str, int], list[str]]:
     return outcomes, problems
 
 
+def test_forward_base_offset_in_the_active_segment_is_not_a_gap() -> None:
+    """Seed 1847: flips move a batch's base offset forward in z-1's only (active) segment and
+    break the next batch's CRC; after the unclean shutdown recovery must cut at the moved batch,
+    not read it as an offset gap."""
+    corpus = build_corpus()
+    assert run_trial(corpus, 1847)[1] == []
+
+
 def test_corpus_quick() -> None:
     outcomes, problems = run_corpus(QUICK_TRIALS)
     assert problems == []
@@ -361,13 +369,6 @@ def test_corpus_quick() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="known regression: since forward offset gaps are legal in every segment (Kafka "
-    "follower folders), a bit flip that moves a batch's base offset forward below the recovery "
-    "point after an unclean shutdown is read as a gap (seed 1847, flip3 in z-1): the base "
-    "offset is outside the CRC; to be fixed by checking density where embedlog wrote the segment",
-    strict=False,
-)
 def test_corpus_full() -> None:
     outcomes, problems = run_corpus(TRIALS)
     print(f"\ncorruption corpus: {TRIALS} damaged copies: {outcomes}")

@@ -4,16 +4,22 @@ Invariants:
 
 * the ``.log`` holds v2 record batches back to back from byte 0 to :attr:`Segment.size`; every
   batch's offsets are >= the base offset, strictly above the previous batch's, and fit in a
-  signed 32-bit delta from the base; forward gaps are legal in every segment (the rules, shared
-  by reads, tail walks, recovery and ``embedlog verify``, are in :mod:`.rules`);
+  signed 32-bit delta from the base; with the partition's context (:attr:`Segment.bounds`, set
+  by the loader) they also end below the next segment's base, and the active segment of a
+  topic embedlog created has no gap. The rules, shared by reads, tail walks, recovery and
+  ``embedlog verify``, are in :mod:`.rules`; the walk is :mod:`.scan`;
 * the ``.log`` is the only source of truth -- both indexes are caches rebuilt from it by
   :meth:`Segment.recover` whenever they are missing, suspect, or the segment was not cleanly closed;
 * index entries follow Kafka's rule: an entry is added for a batch appended after more than
   ``index.interval.bytes`` bytes since the previous entry; it maps the batch's *last* offset to the
   batch's *start* position (time index: the segment's max timestamp so far to its offset);
-* a segment knows nothing about topics, partitions or its neighbours.
+* a segment knows nothing about topics or partitions; what its neighbours imply for its
+  offsets (:class:`.rules.Bounds`) it is told by whoever lists the partition.
 
-Only the active segment of the writer is ever written; sealed segments are read-only.
+Only the active segment of the writer is ever written; sealed segments are read-only. The class
+is built in layers, each its own module: :mod:`.files` (descriptors), :mod:`.scan` (the batch
+walk), :mod:`.recovery` (validation and index rebuilding), and here the open segment's lookups,
+appends, rolls and lifecycle.
 """
 
 from __future__ import annotations
@@ -21,8 +27,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TypeVar
 
 from .. import _io
@@ -31,10 +36,12 @@ from ..index import OffsetIndex, TimeIndex
 from ..index.txn_index import TxnIndexEntry
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
 from . import format as fmt
-from .crc_memo import Checked, Identity, Memo, identity
-from .files import SegmentFiles, pinned
+from .crc_memo import Memo
+from .files import pinned
 from .header import max_batches
-from .rules import INT32_MAX, BackwardsError, check_order
+from .recovery import RecoveryResult, SegmentRecovery
+from .rules import INT32_MAX
+from .scan import SegmentSettings, located
 from .txn_file import TxnIndexFile
 
 __all__ = ["RecoveryResult", "Segment", "SegmentSettings"]
@@ -43,28 +50,8 @@ _Index = TypeVar("_Index", OffsetIndex, TimeIndex)
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 1 << 20  # largest pread while scanning batches
-FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
 
-
-@dataclass(frozen=True, slots=True)
-class SegmentSettings:
-    """The topic settings a segment needs."""
-
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10 * 1024 * 1024
-    max_batch_bytes: int = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryResult:
-    valid_bytes: int
-    truncated_bytes: int
-    next_offset: int
-    error: str | None
-
-
-class Segment(SegmentFiles):
+class Segment(SegmentRecovery):
     """A base offset's three files. Writable only while it is the writer's active segment."""
 
     def __init__(
@@ -110,83 +97,6 @@ class Segment(SegmentFiles):
         self._open_files(writable, suffix)
 
     # ------------------------------------------------------------------ reading
-
-    def batches(
-        self,
-        position: int = 0,
-        end: int | None = None,
-        *,
-        verify: bool = True,
-        partial_tail: bool | None = None,
-    ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
-        """Yield ``(buffer, position in buffer, header)`` for each batch from byte ``position``.
-
-        Raises :class:`CorruptBatchError` with the file position at the first invalid batch.
-        An incomplete final batch ends the walk quietly only where one can exist: in a ``live``
-        segment another process is appending to, or with ``partial_tail`` (recovery, which cuts
-        it). Anywhere else -- a sealed segment, the writer's recovered active segment -- bytes
-        that do not form a whole batch are damage (a flipped length field is outside the CRC),
-        and so are batch offsets that go backwards (below the segment base or overlapping the
-        previous batch) or do not fit a 32-bit delta from the base (the base offset is outside
-        the CRC too). Forward gaps are legal (see the module docstring).
-        """
-        tail_ok = self.live if partial_tail is None else partial_tail
-        limit = self.size if end is None else min(end, self.size)
-        max_batch = self.settings.max_batch_bytes
-        chunk = FIRST_CHUNK
-        floor = self.base_offset
-        checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
-        while position < limit:
-            buf = self.pread(position, min(chunk, limit - position))
-            chunk = min(chunk * 4, READ_CHUNK)
-            p = 0
-            while (header := self._next(buf, p, position, checked, max_batch)) is not None:
-                floor = check_order(header, floor, self.base_offset, self.log_path, position + p)
-                yield buf, p, header
-                p += header.size
-            if p == 0:
-                # The batch at `position` is larger than the chunk: read it whole, unless it is
-                # an incomplete tail.
-                if len(buf) < 12:
-                    break
-                total = 12 + int.from_bytes(buf[8:12], "big", signed=True)
-                if total <= len(buf) or total > limit - position:
-                    break
-                buf = self.pread(position, total)
-                header = self._next(buf, 0, position, checked, max_batch)
-                if header is None:
-                    break
-                floor = check_order(header, floor, self.base_offset, self.log_path, position)
-                yield buf, 0, header
-                p = header.size
-            position += p
-        if position < limit and limit == self.size and not tail_ok:
-            raise CorruptBatchError(
-                f"{limit - position} bytes at the end do not form a whole batch",
-                path=self.log_path,
-                position=position,
-            )
-
-    @pinned
-    def _sealed_identity(self) -> Identity | None:
-        """The identity of a sealed segment's file (its CRC checks are remembered); None for the
-        active segment and a read-only view's live tail, whose checks never are."""
-        if self.writable or self.live:
-            return None
-        fd = self._read_fd()
-        return None if fd is None else identity(fd)
-
-    def _next(
-        self, buf: bytes, p: int, base: int, checked: Checked | None, max_batch: int
-    ) -> fmt.BatchHeader | None:
-        verify = checked is not None and not checked.known(base + p)
-        try:
-            header = fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
-        except CorruptBatchError as exc:
-            raise _located(exc, self.log_path, base + p) from exc
-        if verify and header is not None and checked is not None:
-            checked.remember(base + p)
-        return header
 
     def _own_index(self, open_index: Callable[[], _Index]) -> _Index | None:
         """The index ``open_index`` opens by name if it belongs to this segment's file; None if
@@ -300,7 +210,7 @@ class Segment(SegmentFiles):
                 if position == start and start:
                     position = start = 0  # the index pointed into a batch: it is damaged
                     continue
-                raise _located(exc, self.log_path, position) from exc
+                raise located(exc, self.log_path, position) from exc
             if position == start and start and header.base_offset > offset:
                 position = start = 0  # the index claims a later batch holds `offset`: damaged
                 continue
@@ -406,116 +316,6 @@ class Segment(SegmentFiles):
                                     entry_limit=limit)
 
     @pinned
-    def load_active_state(self) -> None:
-        """After a clean open: the end offset, the max timestamp and the roll timestamp, from the
-        indexes plus a walk of the batches after the last index entry.
-
-        Indexes that fail their sanity check, or whose entries reach past the end the walk
-        finds, are rebuilt from the log; the log itself was closed cleanly, so any damage found
-        then raises :class:`CorruptBatchError` instead of being cut."""
-        assert self._index is not None and self._timeindex is not None
-        try:
-            self._index.sanity_check(self.size)
-            self._timeindex.sanity_check(self.size)
-        except CorruptIndexError:
-            self._rebuild_indexes()
-            return
-        self._max_timestamp, self._offset_of_max_timestamp = self._timeindex.last_entry()
-        if self.size >= fmt.HEADER_SIZE:
-            self._first_batch_timestamp = fmt.parse_header(
-                self.pread(0, fmt.HEADER_SIZE)
-            ).max_timestamp
-        start, nxt = 0, self.base_offset
-        if len(self._index):
-            _, start = self._index.lookup(2**63 - 1)
-        try:
-            for _, _, header in self.batches(start, verify=False):
-                if header.max_timestamp > self._max_timestamp:
-                    self._max_timestamp = header.max_timestamp
-                    self._offset_of_max_timestamp = header.last_offset
-                nxt = header.next_offset
-        except CorruptBatchError:
-            self._rebuild_indexes()
-            return
-        stale = (len(self._index) and self._index.last_offset >= nxt) or (
-            len(self._timeindex) and self._timeindex.last_entry()[1] >= nxt)
-        if stale or (start and nxt == self.base_offset):
-            self._rebuild_indexes()
-            return
-        self._next_offset = nxt
-
-    def _rebuild_indexes(self) -> None:
-        log.warning("rebuilding the inconsistent indexes of %s", self.log_path)
-        result = self.recover(truncate=False)
-        if result.truncated_bytes:
-            raise CorruptBatchError(
-                f"segment closed cleanly is damaged: {result.error or 'incomplete batch'}",
-                path=self.log_path,
-                position=result.valid_bytes,
-            )
-
-    @pinned
-    def recover(self, *, truncate: bool = True) -> RecoveryResult:
-        """Validate every batch from byte 0, rebuild both indexes, and cut the log at the first
-        invalid or incomplete batch (Kafka's ``LogSegment.recover``). The offsets rule is the
-        one of :meth:`batches`: forward gaps are kept, offsets that go backwards are damage."""
-        assert self._index is not None and self._timeindex is not None
-        self._index.reset()
-        self._timeindex.reset()
-        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
-        self._first_batch_timestamp = None
-        self._bytes_since_index = 0
-        valid, nxt, error = 0, self.base_offset, None
-        held: fmt.BatchHeader | None = None  # the last batch seen, kept once the next agrees
-        try:
-            for buf, p, header in self.batches(0, verify=_io.SAFETY.verify_crc,
-                                               partial_tail=True):
-                if not header.is_control and header.records_count:
-                    fmt.decode_records(buf, p, header)  # full record-level validation
-                if held is not None:
-                    self._index_batch(valid, held)
-                    valid, nxt = valid + held.size, held.next_offset
-                held = header
-        except BackwardsError as exc:
-            # The base offset is outside the CRC: of two batches whose offsets collide, either
-            # may be the damaged one (a forward jump in the first looks like a step back in the
-            # second), so recovery keeps neither.
-            error, held = str(exc), None
-        except CorruptBatchError as exc:
-            error = str(exc)
-        if held is not None:
-            self._index_batch(valid, held)
-            valid, nxt = valid + held.size, held.next_offset
-        truncated = self.size - valid
-        if truncated and truncate and _io.SAFETY.truncate_torn_tail:
-            log.warning(
-                "truncating %s at byte %d (%d bytes dropped): %s",
-                self.log_path,
-                valid,
-                truncated,
-                error or "incomplete batch",
-            )
-            _io.truncate(self._write_fd(), valid)
-            self.size = valid
-        self._next_offset = nxt
-        return RecoveryResult(valid, truncated, nxt, error)
-
-    def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
-        assert self._index is not None and self._timeindex is not None
-        if self._first_batch_timestamp is None:
-            self._first_batch_timestamp = header.max_timestamp
-        if header.max_timestamp > (self._max_timestamp if self._max_timestamp is not None else -1):
-            self._max_timestamp = header.max_timestamp
-            self._offset_of_max_timestamp = header.last_offset
-        if self._bytes_since_index > self.settings.index_interval_bytes:
-            if not self._index.is_full:
-                self._index.append(header.last_offset, position)
-            if self._max_timestamp is not None and not self._timeindex.is_full:
-                self._timeindex.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-            self._bytes_since_index = 0
-        self._bytes_since_index += header.size
-
-    @pinned
     def append(self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader,
                aborted: TxnIndexEntry | None = None) -> int:
         """Write one encoded batch at the end; return its byte position. Not durable until
@@ -614,7 +414,3 @@ class Segment(SegmentFiles):
             _io.unlink(path)
         self.txn_index.unlink()
 
-
-def _located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
-    """The same error (same class), naming the file and the batch's position in it."""
-    return type(exc)(exc.reason, path=path, position=position)

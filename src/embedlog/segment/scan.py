@@ -1,0 +1,137 @@
+"""Walking one segment's ``.log`` batch by batch: the scan half of
+:class:`~embedlog.segment.segment.Segment`.
+
+:meth:`SegmentScan.batches` is the one walk every reader of a segment uses -- reads, tail walks,
+index rebuilds, recovery and ``embedlog verify`` -- so the framing, CRC and offset rules
+(:mod:`.rules`) are applied the same way everywhere. It reads in chunks (a first small one, so
+a point lookup does not read a whole MiB), verifies each batch's CRC once per sealed file
+(:mod:`.crc_memo`), and names the file and byte position of the first invalid batch.
+
+The offset rules that depend on the segment's place in its partition (:class:`.rules.Bounds`:
+the next segment's base offset, whether the segment has no gaps) are given to the segment by
+whoever lists the partition (:mod:`embedlog.loader`); a segment opened on its own has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import CorruptBatchError
+from . import format as fmt
+from .crc_memo import Checked, Identity, Memo, identity
+from .files import SegmentFiles, pinned
+from .rules import FREE, Bounds, check_order
+
+__all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
+
+READ_CHUNK = 1 << 20  # largest pread while scanning batches
+FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSettings:
+    """The topic settings a segment needs."""
+
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    max_batch_bytes: int = 64 * 1024 * 1024
+    dense_tail: bool = False
+    """The topic was created by embedlog: its active segment has no offset gap
+    (:mod:`.rules`)."""
+
+
+class SegmentScan(SegmentFiles):
+    """The batch walk of one segment's ``.log`` (see the module notes)."""
+
+    base_offset: int
+    live: bool
+    settings: SegmentSettings
+    crc_memo: Memo
+    bounds: Bounds = FREE
+    """The partition's offset rules for this segment (:class:`.rules.Bounds`)."""
+
+    def batches(
+        self,
+        position: int = 0,
+        end: int | None = None,
+        *,
+        verify: bool = True,
+        partial_tail: bool | None = None,
+    ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
+        """Yield ``(buffer, position in buffer, header)`` for each batch from byte ``position``.
+
+        Raises :class:`CorruptBatchError` with the file position at the first invalid batch.
+        An incomplete final batch ends the walk quietly only where one can exist: in a ``live``
+        segment another process is appending to, or with ``partial_tail`` (recovery, which cuts
+        it). Anywhere else -- a sealed segment, the writer's recovered active segment -- bytes
+        that do not form a whole batch are damage (a flipped length field is outside the CRC),
+        and so are batch offsets that break the rules of :mod:`.rules` (the base offset is
+        outside the CRC too): offsets that go backwards, do not fit a 32-bit delta from the
+        base, reach the next segment's base offset, or leave a gap in a dense segment.
+        """
+        tail_ok = self.live if partial_tail is None else partial_tail
+        limit = self.size if end is None else min(end, self.size)
+        max_batch = self.settings.max_batch_bytes
+        chunk = FIRST_CHUNK
+        floor: int | None = self.base_offset if position == 0 else None
+        bounds = self.bounds
+        checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
+        while position < limit:
+            buf = self.pread(position, min(chunk, limit - position))
+            chunk = min(chunk * 4, READ_CHUNK)
+            p = 0
+            while (header := self._next(buf, p, position, checked, max_batch)) is not None:
+                floor = check_order(header, floor, self.base_offset, self.log_path,
+                                    position + p, bounds)
+                yield buf, p, header
+                p += header.size
+            if p == 0:
+                # The batch at `position` is larger than the chunk: read it whole, unless it is
+                # an incomplete tail.
+                if len(buf) < 12:
+                    break
+                total = 12 + int.from_bytes(buf[8:12], "big", signed=True)
+                if total <= len(buf) or total > limit - position:
+                    break
+                buf = self.pread(position, total)
+                header = self._next(buf, 0, position, checked, max_batch)
+                if header is None:
+                    break
+                floor = check_order(header, floor, self.base_offset, self.log_path, position,
+                                    bounds)
+                yield buf, 0, header
+                p = header.size
+            position += p
+        if position < limit and limit == self.size and not tail_ok:
+            raise CorruptBatchError(
+                f"{limit - position} bytes at the end do not form a whole batch",
+                path=self.log_path,
+                position=position,
+            )
+
+    @pinned
+    def _sealed_identity(self) -> Identity | None:
+        """The identity of a sealed segment's file (its CRC checks are remembered); None for the
+        active segment and a read-only view's live tail, whose checks never are."""
+        if self.writable or self.live:
+            return None
+        fd = self._read_fd()
+        return None if fd is None else identity(fd)
+
+    def _next(
+        self, buf: bytes, p: int, base: int, checked: Checked | None, max_batch: int
+    ) -> fmt.BatchHeader | None:
+        verify = checked is not None and not checked.known(base + p)
+        try:
+            header = fmt.next_batch(buf, p, verify=verify, max_batch_size=max_batch)
+        except CorruptBatchError as exc:
+            raise located(exc, self.log_path, base + p) from exc
+        if verify and header is not None and checked is not None:
+            checked.remember(base + p)
+        return header
+
+
+def located(exc: CorruptBatchError, path: str, position: int) -> CorruptBatchError:
+    """The same error (same class), naming the file and the batch's position in it."""
+    return type(exc)(exc.reason, path=path, position=position)
