@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import embedlog
+from embedlog.cli.verify import verify_path
 from embedlog.metadata import parse_metadata
 from embedlog.segment import format as fmt
 from embedlog.segment.rules import Bounds, GapError, bounds_of, check_order
@@ -126,6 +127,17 @@ def test_a_read_only_view_refuses_a_forward_base_offset_in_the_active_segment(
     _move_base(active, -1, 1 << 19)
     with pytest.raises(embedlog.CorruptionError, match="without gaps"):
         _offsets(path, read_only=True)
+
+
+def test_verify_reports_a_gap_in_the_active_segment(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    _fill(path, 5)
+    assert verify_path(str(path)).healthy
+    [active] = _segments(path)
+    _move_base(active, -1, 1 << 19)
+    report = verify_path(str(path))
+    assert not report.healthy
+    assert any("without gaps" in p.message for p in report.problems)
 
 
 def test_a_forward_base_offset_in_a_sealed_segment_is_damage(tmp_path: Path) -> None:

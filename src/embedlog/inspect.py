@@ -43,6 +43,7 @@ from .errors import CorruptBatchError, CorruptIndexError, CorruptionError
 from .index import OffsetIndex, TimeIndex
 from .index.base import DEFAULT_MAX_BYTES
 from .manifest import read_manifest
+from .metadata import read_metadata
 from .naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -55,6 +56,7 @@ from .naming import (
 from .records import RecordBatch, TopicPartition
 from .segment import format as fmt
 from .segment.header import max_batches
+from .segment.rules import Bounds
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "check_time_index",
     "codec_name",
     "control_record_type",
+    "dense_topics",
     "offset_index_entries",
     "read_checkpoint",
     "read_segment_manifest",
@@ -169,8 +172,12 @@ class SegmentWalk:
     ``decode``, each batch's records are decoded (as :class:`~embedlog.RecordBatch`, topic and
     partition from the folder name, or ``""`` and -1)."""
 
-    def __init__(self, directory: str, base_offset: int, *, decode: bool) -> None:
+    def __init__(self, directory: str, base_offset: int, *, decode: bool, dense: bool = False
+                 ) -> None:
+        """``dense``: the segment is the active one of a topic embedlog created, so a gap
+        between its batches is damage (:mod:`embedlog.segment.rules`)."""
         self.directory = directory
+        self.dense = dense
         self.base_offset = base_offset
         self.decode = decode
         self.path = segment_path(directory, base_offset, LOG_SUFFIX)
@@ -194,6 +201,7 @@ class SegmentWalk:
     def __iter__(self) -> Iterator[WalkedBatch]:
         seg = Segment(self.directory, self.base_offset,
                       SegmentSettings(max_batch_bytes=MAX_BATCH_BYTES), writable=False)
+        seg.bounds = Bounds(None, self.dense)
         try:
             self.size = seg.size
             position = 0
@@ -340,6 +348,17 @@ def regular_file_size(path: str) -> int | None:
     descriptor, so a symbolic link is never followed and a FIFO never opened blocking:
     something other than a regular file is a :class:`~embedlog.errors.CorruptionError`."""
     return _io.regular_size(path)
+
+
+def dense_topics(log_dir: str) -> frozenset[str]:
+    """The topics of ``log_dir`` that embedlog created (``"dense"`` in ``embedlog.json``): their
+    active segments have no offset gap. Empty for a Kafka folder or unreadable metadata."""
+    dense: set[str] = set()
+    try:
+        read_metadata(log_dir, dense=dense)
+    except CorruptionError:
+        return frozenset()
+    return frozenset(dense)
 
 
 def read_segment_manifest(directory: str) -> dict[int, int]:

@@ -35,6 +35,7 @@ from ..inspect import (
     SegmentWalk,
     check_offset_index,
     check_time_index,
+    dense_topics,
     read_checkpoint,
     read_segment_manifest,
     rebuild_indexes,
@@ -115,6 +116,8 @@ class _Partition:
     directory: str
     tp: TopicPartition | None
     config: TopicConfig
+    dense: bool = False
+    """A topic embedlog created: its active segment has no offset gap."""
 
 
 def _partition_folders(root: str) -> tuple[bool, list[str]]:
@@ -262,7 +265,7 @@ class _Checker:
     def segment(self, part: _Partition, base: int, *, last: bool, previous_end: int
                 ) -> SegmentWalk:
         report = self.report
-        walk = SegmentWalk(part.directory, base, decode=True)
+        walk = SegmentWalk(part.directory, base, decode=True, dense=part.dense and last)
         listed = 0
         for batch in walk:
             report.batches += 1
@@ -334,12 +337,14 @@ def verify_path(root: str, *, fix: bool = False) -> Report:
     with (writer_lock(root if is_log_dir else os.path.dirname(root)) if fix
           else contextlib.nullcontext()):
         configs = _configs(root, report) if is_log_dir else {}
+        dense = dense_topics(root) if is_log_dir else frozenset()
         parts = []
         for folder in folders:
             parsed = parse_partition_dir(os.path.basename(folder))
             tp = TopicPartition(*parsed) if parsed else None
             config = configs.get(tp) if tp else None
-            parts.append(_Partition(folder, tp, config or TopicConfig()))
+            parts.append(_Partition(folder, tp, config or TopicConfig(),
+                                    tp is not None and tp.topic in dense))
         total = sum(os.lstat(segment_path(p.directory, b, LOG_SUFFIX)).st_size
                     for p in parts for b in _segments(p.directory))
         ends: dict[TopicPartition, int] = {}
