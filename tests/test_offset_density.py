@@ -64,6 +64,20 @@ def _fill(path: Path, batches: int, config: dict[str, object] | None = None) -> 
                              timestamps=T0 + b)
 
 
+def _read_until_damage(log: embedlog.Log) -> list[tuple[int, bytes | None]]:
+    """The records a read hands out before it raises ``CorruptionError`` (it must raise)."""
+    got: list[tuple[int, bytes | None]] = []
+    with pytest.raises(embedlog.CorruptionError):
+        for r in log.read("t", 0):
+            got.append((r.offset, r.value))
+    return got
+
+
+def _written(offset: int) -> bytes:
+    """The value ``_fill`` wrote at ``offset``."""
+    return b"v%d-%d" % divmod(offset, 3)
+
+
 def _crash(path: Path) -> None:
     """What an unclean shutdown leaves: no clean-shutdown marker."""
     (path / ".kafka_cleanshutdown").unlink()
@@ -145,21 +159,22 @@ def test_a_forward_base_offset_in_a_sealed_segment_is_damage(tmp_path: Path) -> 
     _fill(path, 12, {"segment.bytes": 300})
     sealed = _segments(path)[0]
     assert len(_segments(path)) > 2 and len(_batch_starts(sealed)) >= 2
-    for batch in (-1, 0):
+    for batch, by in ((-1, 1), (0, 1), (0, 2), (1, 1)):
         backup = sealed.read_bytes()
-        _move_base(sealed, batch, 1)
+        _move_base(sealed, batch, by)
         for crash in (False, True):
             if crash:
                 _crash(path)
                 (path / "recovery-point-offset-checkpoint").unlink()  # re-validate everything
-            with pytest.raises(embedlog.CorruptionError):
-                _offsets(path, read_only=True)
+            with embedlog.open(path, read_only=True) as log:
+                got = _read_until_damage(log)
+            # Every record handed out before the damage is the one written at its offset.
+            assert got == [(o, _written(o)) for o, _ in got]
             with embedlog.open(path, upkeep=False) as log:
                 # Never cut: the partition is quarantined, or the read reaches the damage.
-                damage = log.quarantined()
-                if not damage:
-                    with pytest.raises(embedlog.CorruptionError):
-                        list(log.read("t", 0))
+                if not log.quarantined():
+                    got = _read_until_damage(log)
+                    assert got == [(o, _written(o)) for o, _ in got]
         sealed.write_bytes(backup)
         assert _offsets(path) == list(range(36))
 

@@ -22,7 +22,6 @@ from .. import _io
 from ..errors import CorruptBatchError, CorruptIndexError
 from . import format as fmt
 from .files import pinned
-from .rules import BackwardsError
 from .scan import SegmentScan
 
 __all__ = ["RecoveryResult", "SegmentRecovery"]
@@ -103,7 +102,9 @@ class SegmentRecovery(SegmentScan):
         """Validate every batch from byte 0, rebuild both indexes, and cut the log at the first
         invalid or incomplete batch (Kafka's ``LogSegment.recover``). The offset rules are the
         ones of :meth:`batches` (with :attr:`bounds`): forward gaps are kept unless the segment
-        is dense, offsets that go backwards or reach the next segment are damage."""
+        is dense, offsets that go backwards or reach the next segment are damage. Of two
+        batches whose offsets collide neither is yielded (either base offset may be the damaged
+        one: they are outside the CRC), so the cut comes before both."""
         assert self._index is not None and self._timeindex is not None
         self._index.reset()
         self._timeindex.reset()
@@ -111,26 +112,15 @@ class SegmentRecovery(SegmentScan):
         self._first_batch_timestamp = None
         self._bytes_since_index = 0
         valid, nxt, error = 0, self.base_offset, None
-        held: fmt.BatchHeader | None = None  # the last batch seen, kept once the next agrees
         try:
             for buf, p, header in self.batches(0, verify=_io.SAFETY.verify_crc,
                                                partial_tail=True):
                 if not header.is_control and header.records_count:
                     fmt.decode_records(buf, p, header)  # full record-level validation
-                if held is not None:
-                    self._index_batch(valid, held)
-                    valid, nxt = valid + held.size, held.next_offset
-                held = header
-        except BackwardsError as exc:
-            # The base offset is outside the CRC: of two batches whose offsets collide, either
-            # may be the damaged one (a forward jump in the first looks like a step back in the
-            # second), so recovery keeps neither.
-            error, held = str(exc), None
+                self._index_batch(valid, header)
+                valid, nxt = valid + header.size, header.next_offset
         except CorruptBatchError as exc:
             error = str(exc)
-        if held is not None:
-            self._index_batch(valid, held)
-            valid, nxt = valid + held.size, held.next_offset
         truncated = self.size - valid
         if truncated and truncate and _io.SAFETY.truncate_torn_tail:
             log.warning(

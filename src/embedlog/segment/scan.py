@@ -21,7 +21,7 @@ from ..errors import CorruptBatchError
 from . import format as fmt
 from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
-from .rules import FREE, Bounds, check_order
+from .rules import FREE, BackwardsError, Bounds, check_order
 
 __all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
 
@@ -69,7 +69,31 @@ class SegmentScan(SegmentFiles):
         and so are batch offsets that break the rules of :mod:`.rules` (the base offset is
         outside the CRC too): offsets that go backwards, do not fit a 32-bit delta from the
         base, reach the next segment's base offset, or leave a gap in a dense segment.
+
+        A batch is yielded only once the batch after it was read (or the walk ended): when the
+        next batch's offsets go back into it, either base offset may be the damaged one, so
+        neither is yielded -- a reader never hands out the records of a batch whose base
+        offset moved forward, and recovery cuts before both. Any other damage is the next
+        batch's own: the batch before it is yielded first.
         """
+        held: tuple[bytes, int, fmt.BatchHeader] | None = None
+        try:
+            for batch in self._walk(position, end, verify, partial_tail):
+                if held is not None:
+                    yield held
+                held = batch
+        except BackwardsError:
+            raise  # the held batch collides with the next one: neither is yielded
+        except CorruptBatchError:
+            if held is not None:
+                yield held
+            raise
+        if held is not None:
+            yield held
+
+    def _walk(self, position: int, end: int | None, verify: bool, partial_tail: bool | None
+              ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
+        """The batches from byte ``position``, each checked on its own (:meth:`batches`)."""
         tail_ok = self.live if partial_tail is None else partial_tail
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
