@@ -47,7 +47,8 @@ from .errors import (
     UsageError,
     WriterLockedError,
 )
-from .log import Durability, Log, open
+from .log import Durability, Log
+from .opener import open
 from .partition import SegmentInfo
 from .producer import Producer
 from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition

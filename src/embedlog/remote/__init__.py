@@ -1,0 +1,59 @@
+"""Reading a log folder in object storage (the read side of Kafka's tiered storage, KIP-405).
+
+``embedlog.open("s3://bucket/prefix", read_only=True)`` -- or ``file://``, ``gs://``,
+``hdfs://``: any URI :func:`pyarrow.fs.FileSystem.from_uri` understands, with its query
+options such as ``?endpoint_override=...&scheme=http`` -- returns a read-only
+:class:`~embedlog.Log` over that folder. The design is a local read-through cache:
+
+* :mod:`.listing` lists the remote folder once, checks every name by :mod:`embedlog.naming`'s
+  rules and bounds every size;
+* :mod:`.fetch` copies one file, never more bytes than the listing promised;
+* :mod:`.cache` owns the private cache folder (filled at open, removed on close);
+* :mod:`.log` is the :class:`RemoteLog`, a read-only ``Log`` opened on the cache.
+
+Every file the log reads is fetched at open (small files and segments alike). pyarrow is the
+``arrow`` extra; without it a URI raises :class:`~embedlog.errors.UsageError`. Writing to a URI
+is refused with a :class:`~embedlog.errors.UsageError` before anything is fetched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Final
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..log import Log
+
+__all__ = ["is_uri", "open_remote"]
+
+_URI_RE: Final = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_uri(path: object) -> bool:
+    """Whether ``path`` is a URI (``scheme://...``) rather than a local path."""
+    return isinstance(path, str) and _URI_RE.match(path) is not None
+
+
+def open_remote(uri: str, *, read_only: bool = False,
+                cache_dir: str | os.PathLike[str] | None = None, adopt: bool = False) -> Log:
+    """Open the remote log folder ``uri`` read-only (see the module docstring)."""
+    if not read_only:
+        raise UsageError(f"{uri!r} is a remote log: it can only be opened read_only=True "
+                         "(embedlog writes only to local folders)")
+    if adopt:
+        raise UsageError("adopt=True writes embedlog's files; a remote log is read-only")
+    try:
+        import pyarrow.fs as pafs
+    except ImportError as exc:
+        raise UsageError("reading a remote log needs pyarrow (pip install 'embedlog[arrow]')"
+                         ) from exc
+    from .log import RemoteLog
+
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"cannot open {uri!r}: {exc}") from exc
+    return RemoteLog(fs, root, uri, cache_dir=cache_dir)

@@ -1,0 +1,117 @@
+"""What of a remote log folder is fetched: one listing, every name checked, every size bounded.
+
+The remote folder is untrusted input, like a local one. It is listed once, recursively; every
+key is split into its path components relative to the folder, and a component that is empty,
+``.`` or ``..`` (a listing that would climb out) is a :class:`~embedlog.errors.CorruptionError`.
+Only the files a read-only log reads are kept, each recognised by :mod:`embedlog.naming`::
+
+    <root>/embedlog.json, Kafka's root checkpoints, meta.properties     (root files)
+    <root>/<topic>-<partition>/<20 digits>.log|.index|.timeindex|.txnindex[.swap]
+    <root>/<topic>-<partition>/embedlog.segments
+
+Everything else (``__groups/``, ``lost+found/``, producer snapshots, a broker's
+``leader-epoch-checkpoint``, deeper folders) is left on the remote. Each kept name passes
+:func:`embedlog._paths.component` before it can become a local path, and each size the listing
+reports is bounded before a byte is fetched: :data:`SMALL_FILE_MAX` for root files and manifests,
+:data:`INDEX_MAX` for index files, :data:`SEGMENT_MAX` (Kafka's ``segment.bytes`` is an int32)
+for ``.log`` files. The copy then checks the size again (:mod:`embedlog.remote.fetch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from .. import _paths
+from ..errors import CorruptionError
+from ..folder_check import KAFKA_MARKERS
+from ..naming import (
+    LOG_SUFFIX,
+    METADATA_FILE,
+    ROOT_CHECKPOINTS,
+    SEGMENT_MANIFEST,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    parse_partition_dir,
+    parse_segment_file,
+)
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+__all__ = ["INDEX_MAX", "SEGMENT_MAX", "SMALL_FILE_MAX", "RemoteFile", "plan"]
+
+SMALL_FILE_MAX: Final = 16 << 20
+"""Largest root file or ``embedlog.segments`` fetched (bytes)."""
+INDEX_MAX: Final = 64 << 20
+"""Largest ``.index``/``.timeindex``/``.txnindex`` fetched (Kafka's default is 10 MiB)."""
+SEGMENT_MAX: Final = (1 << 31) - 1
+"""Largest ``.log`` fetched: Kafka's ``segment.bytes`` is an int32."""
+
+_ROOT_FILES: Final = frozenset((METADATA_FILE, *ROOT_CHECKPOINTS, *KAFKA_MARKERS))
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file to fetch: its checked path components below the root and its listed size."""
+
+    names: tuple[str, ...]
+    size: int
+    limit: int
+
+
+def plan(fs: pafs.FileSystem, root: str) -> list[RemoteFile]:
+    """List ``root`` on ``fs`` once and return the files a read-only log needs, sorted."""
+    import pyarrow.fs as pafs
+
+    root = root.rstrip("/")
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except FileNotFoundError as exc:
+        from ..errors import NotALogError
+
+        raise NotALogError(f"no remote log folder at {root!r}") from exc
+    found = []
+    for info in infos:
+        if info.type != pafs.FileType.File:
+            continue
+        names = _relative(root, info.path)
+        limit = _limit(names)
+        if limit is None:
+            continue
+        size = info.size
+        if size is None or not 0 <= size <= limit:
+            raise CorruptionError(f"remote file is {size} bytes; the limit for it is {limit}",
+                                  path=info.path)
+        found.append(RemoteFile(names, size, limit))
+    return sorted(found, key=lambda f: f.names)
+
+
+def _relative(root: str, path: str) -> tuple[str, ...]:
+    """``path``'s components below ``root``; a listing that climbs out is damage."""
+    if not path.startswith(root + "/"):
+        raise CorruptionError(f"remote listing of {root!r} returned a path outside it",
+                              path=path)
+    names = tuple(path[len(root) + 1:].split("/"))
+    if any(n in ("", ".", "..") for n in names):
+        raise CorruptionError("remote listing holds a name with an empty, '.' or '..' "
+                              "component", path=path)
+    return names
+
+
+def _limit(names: tuple[str, ...]) -> int | None:
+    """The size bound of a file the read-only log reads, ``None`` for a file left remote.
+    Every name kept has passed :func:`embedlog._paths.component`."""
+    if len(names) == 1:
+        return SMALL_FILE_MAX if names[0] in _ROOT_FILES else None
+    if len(names) != 2 or parse_partition_dir(names[0]) is None:
+        return None
+    folder, name = names
+    _paths.component(folder, "remote partition folder", CorruptionError)
+    if name == SEGMENT_MANIFEST:
+        return SMALL_FILE_MAX
+    parsed = parse_segment_file(name)
+    if parsed is None or parsed[2] not in ("", SWAP_SUFFIX) or parsed[1] == SNAPSHOT_SUFFIX:
+        return None
+    _paths.component(name, "remote segment file", CorruptionError)
+    return SEGMENT_MAX if parsed[1] == LOG_SUFFIX else INDEX_MAX

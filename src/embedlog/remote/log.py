@@ -1,0 +1,55 @@
+"""A read-only :class:`~embedlog.Log` over a remote log folder, opened on its local cache.
+
+:class:`RemoteLog` is a :class:`~embedlog.Log` opened ``read_only=True`` (no upkeep) on the
+folder :mod:`embedlog.remote.cache` filled from the remote; everything a read-only log offers
+works on it (topics, reads by offset and time, consumers, ``read_arrow``). Writes raise
+:class:`~embedlog.errors.ReadOnlyError`. It is a snapshot: records the remote gains after the
+open are not seen (open it again). ``close()`` closes the log, then removes the cache; a log
+never closed has its cache removed when it is garbage collected or at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import TYPE_CHECKING
+
+from ..log import Log
+from . import cache
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+__all__ = ["RemoteLog"]
+
+
+class RemoteLog(Log):
+    """A read-only log over ``root`` on ``fs`` (``uri`` names it in messages)."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str, uri: str, *,
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.uri = uri
+        folder = cache.create(cache_dir)
+        self._remove_cache = weakref.finalize(self, cache.remove, folder, os.getpid())
+        try:
+            self.fetched_bytes = cache.fill(fs, root, folder)
+            super().__init__(folder, read_only=True, create=False, upkeep=False)
+        except BaseException:
+            self._remove_cache()
+            raise
+
+    @property
+    def cache_path(self) -> str:
+        """The local folder holding the fetched files (removed by :meth:`close`)."""
+        return self.path
+
+    def close(self) -> None:
+        """Close the log, then remove its cache (not in a ``fork()`` child)."""
+        try:
+            super().close()
+        finally:
+            if not self._inherited:
+                self._remove_cache()
+
+    def __repr__(self) -> str:
+        return f"<embedlog.Log {self.uri!r} read-only{' closed' if self._closed else ''}>"
