@@ -278,7 +278,8 @@ def test_an_oversized_index_is_refused_before_it_is_fetched(
 
 
 class _LyingSizes(pafs.FileSystemHandler):  # type: ignore[misc]
-    """A local folder whose listing reports ``delta`` bytes more or less for ``.log`` files."""
+    """A local folder whose listing reports ``delta`` bytes more or less for the ``.log`` files
+    of ``events-0``."""
 
     def __init__(self, delta: int) -> None:
         self.fs, self.delta = pafs.LocalFileSystem(), delta
@@ -289,7 +290,8 @@ class _LyingSizes(pafs.FileSystemHandler):  # type: ignore[misc]
     def get_file_info_selector(self, selector: Any) -> list[Any]:
         infos = self.fs.get_file_info(selector)
         return [pafs.FileInfo(i.path, i.type, size=i.size + self.delta)
-                if i.path.endswith(".log") and i.size > 16 else i for i in infos]
+                if "/events-0/" in i.path and i.path.endswith(".log") and i.size > 16 else i
+                for i in infos]
 
     def open_input_stream(self, path: str) -> Any:
         return self.fs.open_input_stream(path)
@@ -316,9 +318,31 @@ def test_a_listing_that_lies_about_a_size_is_refused(written: Path, tmp_path: Pa
     cache.mkdir()
     before = _tree(tmp_path)
     fs = pafs.PyFileSystem(_LyingSizes(delta))
-    with pytest.raises(CorruptionError, match="listing reported"):
-        RemoteLog(fs, str(remote), "lying://", cache_dir=cache)
+    log = RemoteLog(fs, str(remote), "lying://", cache_dir=cache)
+    try:
+        for _ in range(2):  # a failed fetch leaves nothing behind: the next use fails alike
+            with pytest.raises(CorruptionError, match="listing reported"):
+                list(log.read("events", 0, 0))
+            assert sorted(os.listdir(os.path.join(log.path, "events-0"))) == []
+        assert len(list(log.read("out", 0, 0))) > 0  # the other partitions still read
+    finally:
+        log.close()
     assert _tree(tmp_path) == before and os.listdir(cache) == []
+
+
+def test_segments_are_fetched_on_a_partition_s_first_use(written: Path) -> None:
+    with embedlog.open(_file_uri(written), read_only=True) as log:
+        cache = Path(log.path)
+        folders = {p.name for p in cache.iterdir() if p.is_dir()}
+        assert folders == {"events-0", "events-1", "events-2", "state-0", "out-0", "out-1"}
+        assert (cache / "embedlog.json").read_bytes() == (written / "embedlog.json").read_bytes()
+        assert all(not any(d.iterdir()) for d in cache.iterdir() if d.is_dir())
+        assert log.end_offset("events", 1) > 0
+        fetched = sorted(p.name for p in (cache / "events-1").iterdir())
+        assert fetched == sorted(p.name for p in (written / "events-1").iterdir()
+                                 if p.suffix in (".log", ".index", ".timeindex", ".txnindex")
+                                 or p.name == "embedlog.segments")
+        assert not any((cache / "events-0").iterdir())
 
 
 def test_without_pyarrow_a_uri_is_a_clear_usage_error(small: Path, tmp_path: Path,

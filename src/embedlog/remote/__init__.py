@@ -8,10 +8,12 @@ options such as ``?endpoint_override=...&scheme=http`` -- returns a read-only
 * :mod:`.listing` lists the remote folder once, checks every name by :mod:`embedlog.naming`'s
   rules and bounds every size;
 * :mod:`.fetch` copies one file, never more bytes than the listing promised;
-* :mod:`.cache` owns the private cache folder (filled at open, removed on close);
+* :mod:`.cache` owns the private cache folder (removed on close);
 * :mod:`.log` is the :class:`RemoteLog`, a read-only ``Log`` opened on the cache.
 
-Every file the log reads is fetched at open (small files and segments alike). pyarrow is the
+The root files (``embedlog.json``, checkpoints) are fetched at open; a partition's segment,
+index and manifest files the first time the partition is used (whole files: a partition's
+segments are fetched together, not one by one as reads reach them). pyarrow is the
 ``arrow`` extra; without it a URI raises :class:`~embedlog.errors.UsageError`. Writing to a URI
 is refused with a :class:`~embedlog.errors.UsageError` before anything is fetched.
 """

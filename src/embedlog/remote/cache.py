@@ -4,8 +4,9 @@ Layout: ``tempfile.mkdtemp`` (mode 0700, inside ``cache_dir`` when given, else t
 temporary folder) receives the files :func:`embedlog.remote.listing.plan` kept, under the same
 relative names::
 
-    <cache>/embedlog.json ...                      root files
-    <cache>/<topic>-<partition>/<segment files>    partition folders
+    <cache>/embedlog.json ...                      root files: fetched at open
+    <cache>/<topic>-<partition>/                   made (empty) at open
+    <cache>/<topic>-<partition>/<segment files>    fetched on the partition's first use
 
 Every local path is built by :func:`embedlog._paths.folder` / :func:`embedlog._paths.join` from
 names that passed :func:`embedlog._paths.component`, below the new folder only; nothing is
@@ -23,13 +24,14 @@ from typing import TYPE_CHECKING
 
 from .. import _io, _paths
 from ..errors import InvalidArgumentError
+from ..naming import LOG_SUFFIX
 from . import fetch
-from .listing import plan
+from .listing import Plan, RemoteFile, plan
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["create", "fill", "remove"]
+__all__ = ["create", "fetch_partition", "fill", "remove"]
 
 
 def create(cache_dir: str | os.PathLike[str] | None) -> str:
@@ -44,16 +46,37 @@ def create(cache_dir: str | os.PathLike[str] | None) -> str:
     return tempfile.mkdtemp(prefix="embedlog-remote-", dir=cache_dir)
 
 
-def fill(fs: pafs.FileSystem, root: str, cache: str) -> int:
-    """Fetch every file the read-only log needs from ``root`` into ``cache``; return the
-    number of bytes fetched."""
-    total = 0
-    for f in plan(fs, root):
-        *folders, name = f.names
-        local = _paths.join(_paths.folder(cache, *folders), name)
-        fetch.copy(fs, "/".join((root.rstrip("/"), *f.names)), local, f.size)
-        total += f.size
-    return total
+def fill(fs: pafs.FileSystem, root: str, cache: str) -> Plan:
+    """Fetch the root files of ``root`` into ``cache`` and make every partition folder (empty:
+    :func:`fetch_partition` fills it); return the plan, whose partition files are still to
+    fetch."""
+    found = plan(fs, root)
+    for f in found.root_files:
+        fetch.copy(fs, _remote(root, f), _paths.join(cache, *f.names), f.size)
+    for folder in found.partitions:
+        _paths.folder(cache, folder)
+    return found
+
+
+def fetch_partition(fs: pafs.FileSystem, root: str, cache: str,
+                    files: list[RemoteFile]) -> None:
+    """Fetch one partition folder's files (indexes before the segments they index); on any
+    error remove what this call fetched, so a later call starts over."""
+    made: list[str] = []
+    try:
+        for f in sorted(files, key=lambda f: f.names[-1].endswith(LOG_SUFFIX)):
+            local = _paths.join(cache, *f.names)
+            made.append(local)
+            fetch.copy(fs, _remote(root, f), local, f.size)
+    except BaseException:
+        for local in made:
+            if os.path.lexists(local):
+                _io.unlink(local)
+        raise
+
+
+def _remote(root: str, f: RemoteFile) -> str:
+    return "/".join((root.rstrip("/"), *f.names))
 
 
 def remove(cache: str, owner_pid: int) -> None:

@@ -14,16 +14,17 @@ Everything else (``__groups/``, ``lost+found/``, producer snapshots, a broker's
 :func:`embedlog._paths.component` before it can become a local path, and each size the listing
 reports is bounded before a byte is fetched: :data:`SMALL_FILE_MAX` for root files and manifests,
 :data:`INDEX_MAX` for index files, :data:`SEGMENT_MAX` (Kafka's ``segment.bytes`` is an int32)
-for ``.log`` files. The copy then checks the size again (:mod:`embedlog.remote.fetch`).
+for ``.log`` files. The copy then checks the size again (:mod:`embedlog.remote.fetch`). The
+root files are fetched at open, a partition folder's files on that partition's first use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from .. import _paths
-from ..errors import CorruptionError
+from ..errors import CorruptionError, NotALogError
 from ..folder_check import KAFKA_MARKERS
 from ..naming import (
     LOG_SUFFIX,
@@ -39,7 +40,7 @@ from ..naming import (
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["INDEX_MAX", "SEGMENT_MAX", "SMALL_FILE_MAX", "RemoteFile", "plan"]
+__all__ = ["INDEX_MAX", "SEGMENT_MAX", "SMALL_FILE_MAX", "Plan", "RemoteFile", "plan"]
 
 SMALL_FILE_MAX: Final = 16 << 20
 """Largest root file or ``embedlog.segments`` fetched (bytes)."""
@@ -60,7 +61,16 @@ class RemoteFile:
     limit: int
 
 
-def plan(fs: pafs.FileSystem, root: str) -> list[RemoteFile]:
+@dataclass
+class Plan:
+    """What to fetch: the root files (at open) and, per partition folder (every one the listing
+    shows, even without a segment), its files (on the partition's first use)."""
+
+    root_files: list[RemoteFile] = field(default_factory=list)
+    partitions: dict[str, list[RemoteFile]] = field(default_factory=dict)
+
+
+def plan(fs: pafs.FileSystem, root: str) -> Plan:
     """List ``root`` on ``fs`` once and return the files a read-only log needs, sorted."""
     import pyarrow.fs as pafs
 
@@ -68,23 +78,24 @@ def plan(fs: pafs.FileSystem, root: str) -> list[RemoteFile]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     except FileNotFoundError as exc:
-        from ..errors import NotALogError
-
         raise NotALogError(f"no remote log folder at {root!r}") from exc
-    found = []
-    for info in infos:
-        if info.type != pafs.FileType.File:
-            continue
+    found = Plan()
+    for info in sorted(infos, key=lambda i: str(i.path)):
         names = _relative(root, info.path)
-        limit = _limit(names)
+        in_folder = len(names) > 1 or info.type == pafs.FileType.Directory
+        if in_folder and parse_partition_dir(names[0]) is not None:
+            found.partitions.setdefault(
+                _paths.component(names[0], "remote partition folder", CorruptionError), [])
+        limit = _limit(names) if info.type == pafs.FileType.File else None
         if limit is None:
             continue
         size = info.size
         if size is None or not 0 <= size <= limit:
             raise CorruptionError(f"remote file is {size} bytes; the limit for it is {limit}",
                                   path=info.path)
-        found.append(RemoteFile(names, size, limit))
-    return sorted(found, key=lambda f: f.names)
+        f = RemoteFile(names, size, limit)
+        (found.partitions[names[0]] if len(names) == 2 else found.root_files).append(f)
+    return found
 
 
 def _relative(root: str, path: str) -> tuple[str, ...]:
@@ -106,8 +117,7 @@ def _limit(names: tuple[str, ...]) -> int | None:
         return SMALL_FILE_MAX if names[0] in _ROOT_FILES else None
     if len(names) != 2 or parse_partition_dir(names[0]) is None:
         return None
-    folder, name = names
-    _paths.component(folder, "remote partition folder", CorruptionError)
+    name = names[1]
     if name == SEGMENT_MANIFEST:
         return SMALL_FILE_MAX
     parsed = parse_segment_file(name)

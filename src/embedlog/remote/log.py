@@ -1,8 +1,12 @@
 """A read-only :class:`~embedlog.Log` over a remote log folder, opened on its local cache.
 
 :class:`RemoteLog` is a :class:`~embedlog.Log` opened ``read_only=True`` (no upkeep) on the
-folder :mod:`embedlog.remote.cache` filled from the remote; everything a read-only log offers
-works on it (topics, reads by offset and time, consumers, ``read_arrow``). Writes raise
+folder :mod:`embedlog.remote.cache` filled from the remote: the root files at open, a
+partition's segment, index and manifest files on that partition's first use (every partition
+access of a ``Log`` goes through ``_partition_of``; the fetch runs under one lock, then the
+partition's read-only view picks the new segments up with ``refresh``, as it picks up a
+writer's). Everything a read-only log offers works on it (topics, reads by offset and time,
+consumers, ``read_arrow``). Writes raise
 :class:`~embedlog.errors.ReadOnlyError`. It is a snapshot: records the remote gains after the
 open are not seen (open it again). ``close()`` closes the log, then removes the cache; a log
 never closed has its cache removed when it is garbage collected or at interpreter exit.
@@ -11,6 +15,7 @@ never closed has its cache removed when it is garbage collected or at interprete
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING
 
@@ -19,6 +24,8 @@ from . import cache
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
+
+    from ..partition import Partition
 
 __all__ = ["RemoteLog"]
 
@@ -29,10 +36,12 @@ class RemoteLog(Log):
     def __init__(self, fs: pafs.FileSystem, root: str, uri: str, *,
                  cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.uri = uri
+        self._fs, self._root = fs, root
+        self._fetch_lock = threading.Lock()
         folder = cache.create(cache_dir)
         self._remove_cache = weakref.finalize(self, cache.remove, folder, os.getpid())
         try:
-            self.fetched_bytes = cache.fill(fs, root, folder)
+            self._pending = cache.fill(fs, root, folder).partitions
             super().__init__(folder, read_only=True, create=False, upkeep=False)
         except BaseException:
             self._remove_cache()
@@ -42,6 +51,20 @@ class RemoteLog(Log):
     def cache_path(self) -> str:
         """The local folder holding the fetched files (removed by :meth:`close`)."""
         return self.path
+
+    def _partition_of(self, topic: str, partition: int) -> Partition:
+        """The partition, its files fetched first if this is its first use. Every read of a
+        partition (``Log`` reads, consumers, ``read_arrow``) reaches it through here."""
+        p = super()._partition_of(topic, partition)
+        name = os.path.basename(p.directory)
+        if name in self._pending:
+            with self._fetch_lock:
+                files = self._pending.get(name)
+                if files is not None:
+                    cache.fetch_partition(self._fs, self._root, self.path, files)
+                    del self._pending[name]
+                    p.refresh()
+        return p
 
     def close(self) -> None:
         """Close the log, then remove its cache (not in a ``fork()`` child)."""
