@@ -189,17 +189,15 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
         "parquet": lambda: spark.read.parquet(pq_dir).selectExpr(*ALL_COLUMNS_QUERY).collect(),
     }
     for chunk, path in logs.items():
-        queries[f"embedlog/{chunk}"] = lambda path=path: spark.read.format("embedlog").load(
-            path).selectExpr(*ALL_COLUMNS_QUERY).collect()
+        queries[f"embedlog/{chunk}"] = lambda path=path: embedlog_df(spark, path).selectExpr(
+            *ALL_COLUMNS_QUERY).collect()
     counts: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(pq_dir).count(),
-        "embedlog": lambda: spark.read.format("embedlog").load(next(iter(logs.values()))
-                                                               ).count(),
+        "embedlog": lambda: embedlog_df(spark, next(iter(logs.values()))).count(),
     }
     firsts: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(pq_dir).limit(1).collect(),
-        "embedlog": lambda: spark.read.format("embedlog").load(next(iter(logs.values()))
-                                                               ).limit(1).collect(),
+        "embedlog": lambda: embedlog_df(spark, next(iter(logs.values()))).limit(1).collect(),
     }
     reference = queries["parquet"]()
     for name, q in queries.items():  # warm-up, and all must agree
@@ -218,6 +216,11 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
     print(f"  {loadavg()}")
     restricted(spark, next(iter(logs.values())), args)
     spark.stop()
+
+
+def embedlog_df(spark: Any, path: str) -> Any:
+    """Every record of the bench topic."""
+    return spark.read.format("embedlog").option("subscribe", TOPIC).load(path)
 
 
 def interleaved(group: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
@@ -239,10 +242,11 @@ def planning(workdir: str, partitions: int, segments: int) -> None:
     path = os.path.join(workdir, f"plan-{partitions}x{segments}")
     t, _ = timed(lambda: build_many(path, partitions, segments))
     print(f"planning: {partitions:,} partitions x {segments} segments (built in {t:.1f} s)")
-    reader = EmbedlogDataSource({"path": path}).reader(kafka_schema())
+    reader = EmbedlogDataSource({"path": path, "subscribe": TOPIC}).reader(kafka_schema())
     t_batch, tasks = timed(reader.partitions)
-    stream = EmbedlogStreamReader(parse_read_options({"path": path, "startingOffsets":
-                                                      "earliest"}, streaming=True),
+    stream = EmbedlogStreamReader(parse_read_options({"path": path, "subscribe": TOPIC,
+                                                      "startingOffsets": "earliest"},
+                                                     streaming=True),
                                   kafka_schema())
     start = stream.initialOffset()
 
@@ -305,13 +309,15 @@ def restricted(spark: Any, log_dir: str, args: argparse.Namespace) -> None:
     }
     pushdown_filter = f"partition = 0 AND offset >= {lo} AND offset < {hi}"
     ts_start = T0 + per * 9 // 10
+    topic = {"subscribe": TOPIC}
     cases: list[tuple[str, dict[str, str], Callable[[Any], Any], list[Any] | None]] = [
-        ("full scan", {}, lambda df: df, None),
+        ("full scan", topic, lambda df: df, None),
         ("offsets 1% of p0", offsets, lambda df: df, None),
-        ("pushdown offset filter", {"pushFilters": "true"},
+        ("pushdown offset filter", {**topic, "pushFilters": "true"},
          lambda df: df.where(pushdown_filter),
          [GreaterThanOrEqual(("offset",), lo), LessThan(("offset",), hi)]),
-        ("startingTimestamp last 10%", {"startingTimestamp": str(ts_start)}, lambda df: df, None),
+        ("startingTimestamp last 10%", {**topic, "startingTimestamp": str(ts_start)},
+         lambda df: df, None),
     ]
     print("\nrestricted queries (bytes = what the reader read from segment files):")
     full = None

@@ -100,7 +100,8 @@ def test_an_empty_plan_reads_no_rows(many: str, options: dict[str, str]) -> None
 
 
 def test_pushdown_matching_nothing_plans_nothing(many: str) -> None:
-    reader = EmbedlogDataSource({"path": many, "pushFilters": "true"}).reader(kafka_schema())
+    reader = EmbedlogDataSource({"path": many, "pushFilters": "true",
+                                 "subscribePattern": ".*"}).reader(kafka_schema())
     reader.pushFilters([EqualTo(("topic",), "big"), GreaterThan(("offset",), 10_000)])
     assert reader.partitions() == []
 
@@ -136,15 +137,18 @@ def test_reads_leave_the_folder_untouched(many: str) -> None:
 
 
 def test_options_are_checked_when_the_schema_is_asked(many: str) -> None:
+    big = {"path": many, "subscribe": "big"}
     with pytest.raises(InvalidConfigError, match="startingOffsets"):
-        EmbedlogDataSource({"path": many, "startingOffsets": "bogus"}).schema()
+        EmbedlogDataSource({**big, "startingOffsets": "bogus"}).schema()
     with pytest.raises(InvalidConfigError, match="maxTriggerDelay"):
-        EmbedlogDataSource({"path": many, "maxTriggerDelay": "soon"}).schema()
+        EmbedlogDataSource({**big, "maxTriggerDelay": "soon"}).schema()
     with pytest.raises(InvalidConfigError, match=r"kafka\.isolation\.level"):
-        EmbedlogDataSource({"path": many, "kafka.isolation.level": "x"}).schema()
+        EmbedlogDataSource({**big, "kafka.isolation.level": "x"}).schema()
+    with pytest.raises(InvalidConfigError, match="subscribe, subscribePattern, assign"):
+        EmbedlogDataSource({"path": many}).schema()
     # valid for one kind of query only: accepted here, checked by reader()/streamReader()
-    EmbedlogDataSource({"path": many, "endingOffsets": "latest"}).schema()
-    opts = parse_read_options({"path": many, "maxTriggerDelay": "2m",
+    EmbedlogDataSource({**big, "endingOffsets": "latest"}).schema()
+    opts = parse_read_options({**big, "maxTriggerDelay": "2m",
                                "maxRecordsPerPartition": "5"}, streaming=True)
     assert (opts.max_trigger_delay_ms, opts.max_records_per_partition) == (120_000, 5)
 
@@ -231,7 +235,8 @@ def test_read_committed_drops_aborted_records(tmp_path: Any) -> None:
     _txn_log(path)
 
     def values(**options: str) -> list[bytes]:
-        reader = EmbedlogDataSource({"path": path, **options}).reader(kafka_schema())
+        reader = EmbedlogDataSource({"path": path, "subscribe": "t", **options}).reader(
+            kafka_schema())
         return [r["value"] for t in reader.partitions() for b in reader.read(t)
                 for r in b.to_pylist()]
 

@@ -54,7 +54,8 @@ def test_broker_directory_equals_kafka_python(spark: Any, name: str) -> None:
     root = os.path.join(FIXTURES, name)
     if not os.path.isdir(root):
         pytest.skip(f"fixture {root} not present")
-    df = spark.read.format("embedlog").option("includeHeaders", "true").load(root)
+    df = (spark.read.format("embedlog").option("subscribePattern", ".*")
+          .option("includeHeaders", "true").load(root))
     got = sorted(df.toArrow().to_pylist(),
                  key=lambda r: (r["topic"], r["partition"], r["offset"]))
     assert len(got) == TOTALS[name]
@@ -78,4 +79,4 @@ def test_legacy_magic0_directory_is_a_clear_error(spark: Any) -> None:
     if not os.path.isdir(root):
         pytest.skip("fixture not present")
     with pytest.raises(Exception, match=r"magic 0\) is not supported"):
-        spark.read.format("embedlog").load(root).count()
+        spark.read.format("embedlog").option("subscribePattern", ".*").load(root).count()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 pytest.importorskip("pyspark")
@@ -9,7 +11,6 @@ pytest.importorskip("pyarrow")
 
 from embedlog.errors import InvalidConfigError
 from embedlog.spark.options import (
-    AllTopics,
     Assign,
     Earliest,
     GlobalTimestamp,
@@ -22,18 +23,27 @@ from embedlog.spark.options import (
     parse_write_options,
 )
 
+SELECTIONS = ("subscribe", "subscribepattern", "assign")
+
 
 def batch(**opts: str):  # type: ignore[no-untyped-def]
-    return parse_read_options({"path": "/log", **opts}, streaming=False)
+    """Batch options; ``subscribe=a`` unless a selection option is given."""
+    return parse_read_options(_with_selection({"path": "/log", **opts}), streaming=False)
 
 
 def stream(**opts: str):  # type: ignore[no-untyped-def]
-    return parse_read_options({"path": "/log", **opts}, streaming=True)
+    return parse_read_options(_with_selection({"path": "/log", **opts}), streaming=True)
+
+
+def _with_selection(opts: dict[str, str]) -> dict[str, str]:
+    if not any(k.lower() in SELECTIONS for k in opts):
+        opts["subscribe"] = "a"
+    return opts
 
 
 def test_defaults_follow_kafka() -> None:
     b, s = batch(), stream()
-    assert b.selection == AllTopics()
+    assert b.selection == Subscribe(("a",))
     assert b.starting == Earliest() and b.ending == Latest()
     assert s.starting == Latest()
     assert b.fail_on_data_loss and not b.include_headers and not b.push_filters
@@ -131,15 +141,32 @@ def test_short_json_form_is_for_the_single_topic() -> None:
     )
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_exactly_one_selection_option_as_kafka(streaming: bool) -> None:
+    """Spark's Kafka source needs exactly one of subscribe, subscribePattern, assign."""
+    with pytest.raises(InvalidConfigError, match="one of the options subscribe, "
+                       "subscribePattern, assign must be given"):
+        parse_read_options({"path": "/log"}, streaming=streaming)
+    for pair in itertools.combinations(
+            {"subscribe": "a", "subscribePattern": "a.*", "assign": '{"a": [0]}'}.items(), 2):
+        with pytest.raises(InvalidConfigError, match="only one of the options subscribe, "
+                           f"subscribePattern, assign can be given, got {pair[0][0]}, "
+                           f"{pair[1][0]}$"):
+            parse_read_options({"path": "/log", **dict(pair)}, streaming=streaming)
+    assert parse_read_options({"path": "/log", "subscribePattern": ".*"},
+                              streaming=streaming).selection == SubscribePattern(".*")
+
+
 def test_kafka_only_options_are_ignored_and_path_is_required() -> None:
     o = batch(**{"kafka.bootstrap.servers": "h:9092", "groupIdPrefix": "g",
                  "fetchOffset.numRetries": "3"})
-    assert o.selection == AllTopics()
+    assert o.selection == Subscribe(("a",))
     with pytest.raises(InvalidConfigError, match="path"):
-        parse_read_options({}, streaming=False)
-    assert parse_read_options({"paths": '["/one"]'}, streaming=False).path == "/one"
+        parse_read_options({"subscribe": "a"}, streaming=False)
+    one = {"paths": '["/one"]', "subscribe": "a"}
+    assert parse_read_options(one, streaming=False).path == "/one"
     with pytest.raises(InvalidConfigError, match="exactly one"):
-        parse_read_options({"paths": '["/a", "/b"]'}, streaming=False)
+        parse_read_options({"paths": '["/a", "/b"]', "subscribe": "a"}, streaming=False)
 
 
 def test_write_options() -> None:

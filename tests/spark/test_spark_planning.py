@@ -16,7 +16,6 @@ from embedlog.errors import (
     UnknownTopicError,
 )
 from embedlog.spark.options import (
-    AllTopics,
     Assign,
     Earliest,
     GlobalTimestamp,
@@ -88,7 +87,7 @@ ALL = [("a", 0), ("a", 1), ("b", 0)]
 
 def test_select_partitions() -> None:
     log = FakeLog()
-    assert select_partitions(log, AllTopics()) == ALL
+    assert select_partitions(log, SubscribePattern(".*")) == ALL
     assert select_partitions(log, Subscribe(("b", "a"))) == ALL
     assert select_partitions(log, SubscribePattern("a")) == [("a", 0), ("a", 1)]
     assert select_partitions(log, Assign((("a", 1),))) == [("a", 1)]

@@ -75,7 +75,7 @@ def _read_all(reader: EmbedlogReader, tasks: list[Any]) -> list[dict[str, Any]]:
 
 
 def test_pushdown_reader_plans_only_matching_segments(logdir: str) -> None:
-    ds = EmbedlogDataSource({"path": logdir, "pushFilters": "true"})
+    ds = EmbedlogDataSource({"path": logdir, "pushFilters": "true", "subscribePattern": ".*"})
     reader = ds.reader(kafka_schema())
     assert isinstance(reader, EmbedlogPushdownReader)
     reader.pushFilters([EqualTo(("topic",), "events"), EqualTo(("partition",), 1),
@@ -104,7 +104,7 @@ def test_timestamp_lower_bound_uses_the_time_index(logdir: str) -> None:
 
 
 def test_default_reader_does_not_override_push_filters(logdir: str) -> None:
-    reader = EmbedlogDataSource({"path": logdir}).reader(kafka_schema())
+    reader = EmbedlogDataSource({"path": logdir, "subscribe": "events"}).reader(kafka_schema())
     assert type(reader) is EmbedlogReader
     assert "pushFilters" not in EmbedlogReader.__dict__
 

@@ -21,6 +21,9 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def read(spark: Any, path: str, **options: Any) -> Any:
+    """A batch read of every topic (``subscribePattern`` ``.*``) unless told otherwise."""
+    if not {"subscribe", "subscribePattern", "assign"} & options.keys():
+        options["subscribePattern"] = ".*"
     reader = spark.read.format("embedlog")
     for k, v in options.items():
         reader = reader.option(k, v)
@@ -165,4 +168,18 @@ def test_a_bad_option_fails_load_itself(spark: Any, logdir: str) -> None:
 
     for reader in (spark.read, spark.readStream):
         with pytest.raises(PySparkException, match="startingOffsets: not valid JSON"):
-            reader.format("embedlog").option("startingOffsets", "bogus").load(logdir)
+            (reader.format("embedlog").option("subscribe", "events")
+             .option("startingOffsets", "bogus").load(logdir))
+
+
+def test_load_needs_exactly_one_topic_selection_as_kafka(spark: Any, logdir: str) -> None:
+    from pyspark.errors import PySparkException
+
+    for reader in (spark.read, spark.readStream):
+        with pytest.raises(PySparkException, match="one of the options subscribe, "
+                           "subscribePattern, assign must be given"):
+            reader.format("embedlog").load(logdir)
+        with pytest.raises(PySparkException, match="only one of the options subscribe, "
+                           "subscribePattern, assign can be given, got subscribe, assign"):
+            (reader.format("embedlog").option("subscribe", "events")
+             .option("assign", '{"events": [0]}').load(logdir))

@@ -85,7 +85,8 @@ def test_latest_by_default_in_a_running_query(spark: Any, tmp_path: Any) -> None
     def collect(df: Any, batch_id: int) -> None:
         seen.extend(r["offset"] for r in df.select("offset").toArrow().to_pylist())
 
-    query = (spark.readStream.format("embedlog").load(path)  # startingOffsets: latest
+    query = (spark.readStream.format("embedlog").option("subscribe", "s")
+             .load(path)  # startingOffsets: latest
              .writeStream.foreachBatch(collect)
              .option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(processingTime="200 milliseconds").start())

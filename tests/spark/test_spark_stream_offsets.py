@@ -20,6 +20,9 @@ from embedlog.spark.stream import EmbedlogStreamReader
 
 
 def stream_reader(path: str, **options: str) -> EmbedlogStreamReader:
+    """A stream reader of every topic (``subscribePattern`` ``.*``) unless told otherwise."""
+    if not {"subscribe", "subscribePattern", "assign"} & options.keys():
+        options["subscribePattern"] = ".*"
     reader = EmbedlogDataSource({"path": path, **options}).streamReader(kafka_schema())
     assert isinstance(reader, EmbedlogStreamReader)
     return reader

@@ -55,7 +55,8 @@ def test_round_trip_all_columns(spark: Any, tmp_path: Any) -> None:
         assert (rec[0], rec[3], rec[4]) == (p, v, int(t.timestamp() * 1000))
         assert rec[5] == (tuple(h) if h else ())
     # and back through the reader
-    back = spark.read.format("embedlog").option("includeHeaders", "true").load(path)
+    back = (spark.read.format("embedlog").option("subscribe", "w")
+            .option("includeHeaders", "true").load(path))
     assert back.count() == 40
     assert sorted(r["offset"] for r in back.where("partition = 0").collect()) == list(range(20))
 

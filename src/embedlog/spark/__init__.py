@@ -4,8 +4,9 @@ Read a log directory -- embedlog's or a Kafka broker's -- with the schema and op
 Spark's Kafka source, stream from it, or append to it::
 
     df = spark.read.format("embedlog").option("subscribe", "events").load("/data/log")
-    q = (spark.readStream.format("embedlog").option("maxOffsetsPerTrigger", 100_000)
-         .load("/data/log").writeStream.trigger(availableNow=True)...)
+    q = (spark.readStream.format("embedlog").option("subscribePattern", "ev.*")
+         .option("maxOffsetsPerTrigger", 100_000).load("/data/log")
+         .writeStream.trigger(availableNow=True)...)
     df.write.format("embedlog").option("topic", "events").mode("append").save("/data/log")
 
 Spark finds the source by itself once embedlog[spark] is installed (module

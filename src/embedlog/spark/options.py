@@ -10,8 +10,8 @@ Precedence, as in Kafka: ``startingTimestamp`` > ``startingOffsetsByTimestamp`` 
 ``startingOffsets`` and ``endingTimestamp`` > ``endingOffsetsByTimestamp`` > ``endingOffsets``.
 Lower-precedence options are still validated, so a typo never hides.
 
-Differences from Kafka: with none of ``subscribe``/``subscribePattern``/``assign`` every topic of
-the directory is read; offset JSON may use the short form ``{"0": 23}`` when one topic is
+As in Kafka, a read names exactly one of ``subscribe``/``subscribePattern``/``assign``.
+Differences from Kafka: offset JSON may use the short form ``{"0": 23}`` when one topic is
 selected; options only a broker understands (``kafka.*`` other than
 ``kafka.isolation.level``, ``groupIdPrefix``, ``fetchOffset.*``...) are accepted and ignored, any
 other unknown option is an error. ``kafka.isolation.level=read_committed`` drops the records of
@@ -42,7 +42,6 @@ from ..errors import InvalidConfigError
 from .specs import (
     EARLIEST,
     LATEST,
-    AllTopics,
     Assign,
     Earliest,
     GlobalTimestamp,
@@ -61,7 +60,7 @@ from .specs import (
 __all__ = [
     "EARLIEST",
     "LATEST",
-    "AllTopics",
+    "SELECTION_OPTIONS",
     "Assign",
     "Earliest",
     "GlobalTimestamp",
@@ -82,6 +81,8 @@ __all__ = [
 
 DEFAULT_BATCH_ROWS = 32_768
 """Rows per Arrow batch handed to Spark; spark.md measured 16-64k as the sweet spot."""
+SELECTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
+"""What to read: a read must be given exactly one of these (as Spark's Kafka source)."""
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 """Adjacent small segments of one partition are read by one task up to this many bytes."""
 
@@ -102,7 +103,7 @@ class ReadOptions:
     """Everything the batch and streaming readers take from ``.option(...)``."""
 
     path: str
-    selection: TopicSelection = field(default_factory=AllTopics)
+    selection: TopicSelection
     starting: OffsetSpec = field(default_factory=Earliest)
     ending: OffsetSpec = field(default_factory=Latest)
     timestamp_strategy: Literal["error", "latest"] = "error"
@@ -321,12 +322,17 @@ def _path(opts: Mapping[str, str]) -> str:
 
 
 def _selection(opts: Mapping[str, str]) -> TopicSelection:
-    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
-    if len(given) > 1:
+    """Exactly one of ``subscribe``, ``subscribePattern``, ``assign`` (Kafka's
+    ``validateGeneralOptions``: none, or more than one, is an error)."""
+    given = [k for k in SELECTION_OPTIONS if k.lower() in opts]
+    if len(given) != 1:
+        names = ", ".join(SELECTION_OPTIONS)
+        if not given:
+            raise InvalidConfigError(
+                f"one of the options {names} must be given: which topics or partitions to "
+                "read (subscribePattern '.*' reads every topic)")
         raise InvalidConfigError(
-            "subscribe, subscribePattern, assign: give at most one of them, "
-            f"got {', '.join(given)}"
-        )
+            f"only one of the options {names} can be given, got {', '.join(given)}")
     if "subscribe" in opts:
         topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
         if not topics:
@@ -341,9 +347,7 @@ def _selection(opts: Mapping[str, str]) -> TopicSelection:
         except re.error as exc:
             raise InvalidConfigError(f"subscribePattern: invalid regex {pattern!r}: {exc}") from exc
         return SubscribePattern(pattern)
-    if "assign" in opts:
-        return Assign(_assign(opts["assign"]))
-    return AllTopics()
+    return Assign(_assign(opts["assign"]))
 
 
 def _assign(text: str) -> tuple[tuple[str, int], ...]:

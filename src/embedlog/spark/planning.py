@@ -4,7 +4,7 @@ Runs on the driver (in Spark's planner worker) against anything shaped like
 :class:`LogView` -- the read side of :class:`embedlog.Log` -- so the logic is testable with a
 fake. Steps:
 
-1. :func:`select_partitions`: subscribe / subscribePattern / assign / every topic.
+1. :func:`select_partitions`: subscribe / subscribePattern / assign.
 2. :func:`resolve_offsets`: earliest / latest / JSON / timestamps -> concrete offsets.
 3. :func:`offset_ranges`: pair start and end, applying ``failOnDataLoss`` when an offset is
    outside ``[log start, log end]``.
@@ -34,7 +34,6 @@ from ..errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicErro
 from .options import (
     EARLIEST,
     LATEST,
-    AllTopics,
     Assign,
     Earliest,
     GlobalTimestamp,
@@ -141,9 +140,7 @@ def select_partitions(
     error; streaming passes ``False`` so that it is picked up once it appears, as Kafka does.
     """
     existing = set(log.topics())
-    if isinstance(selection, AllTopics):
-        topics = sorted(existing)
-    elif isinstance(selection, SubscribePattern):
+    if isinstance(selection, SubscribePattern):
         topics = sorted(t for t in existing if selection.matches(t))
     elif isinstance(selection, Subscribe):
         missing = [t for t in selection.topics if t not in existing]

@@ -16,7 +16,6 @@ from ..errors import InvalidConfigError
 __all__ = [
     "EARLIEST",
     "LATEST",
-    "AllTopics",
     "Assign",
     "Earliest",
     "GlobalTimestamp",
@@ -43,11 +42,6 @@ LATEST = -1
 
 
 @dataclass(frozen=True)
-class AllTopics:
-    """No subscribe/subscribePattern/assign option: every topic of the directory."""
-
-
-@dataclass(frozen=True)
 class Subscribe:
     """``subscribe``: a comma-separated list of topic names."""
 
@@ -71,7 +65,7 @@ class Assign:
     partitions: tuple[tuple[str, int], ...]
 
 
-TopicSelection = AllTopics | Subscribe | SubscribePattern | Assign
+TopicSelection = Subscribe | SubscribePattern | Assign
 
 
 # -- offset specifications -------------------------------------------------------------------
