@@ -48,6 +48,7 @@ __all__ = [
     "partition_folder_count",
     "read_metadata",
     "read_root_checkpoint",
+    "read_topics",
     "take_clean_marker",
     "write_clean_marker",
     "write_metadata",
@@ -72,6 +73,14 @@ def read_metadata(root: str, *, dense: set[str] | None = None) -> Topics | None:
     if raw is None:
         return None
     return parse_metadata(raw, path=path, dense=dense)
+
+
+def read_topics(root: str, *, dense: set[str] | None = None) -> Topics:
+    """``{topic: (partition count, config)}`` of the log folder ``root``: ``embedlog.json``
+    (:func:`read_metadata`, which fills ``dense``), or in a Kafka folder, which has none, its
+    partition folders (:func:`discover_topics`)."""
+    meta = read_metadata(root, dense=dense)
+    return discover_topics(root) if meta is None else meta
 
 
 def discover_topics(root: str) -> Topics:

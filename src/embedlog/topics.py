@@ -89,10 +89,7 @@ class TopicTable:
         """Add the topics ``embedlog.json`` lists (or, in a Kafka folder, its partition folders
         show) that are not known yet; a read-only view opens their partitions at once."""
         dense: set[str] = set()
-        meta = metadata.read_metadata(self.root, dense=dense)
-        if meta is None:
-            meta = metadata.discover_topics(self.root)
-        for name, (count, config) in meta.items():
+        for name, (count, config) in metadata.read_topics(self.root, dense=dense).items():
             if name in self.by_name:
                 continue
             parts = [self._partition(name, i, config, name in dense) for i in range(count)]

@@ -19,7 +19,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 import embedlog
-from embedlog.errors import InvalidConfigError, UsageError, WriterLockedError
+from embedlog.errors import (
+    CorruptCheckpointError,
+    InvalidConfigError,
+    UsageError,
+    WriterLockedError,
+)
 from embedlog.segment import format as fmt
 from embedlog.spark.catalog import FolderView
 from embedlog.spark.options import parse_read_options, parse_write_options
@@ -104,6 +109,33 @@ def test_pushdown_matching_nothing_plans_nothing(many: str) -> None:
                                  "subscribePattern": ".*"}).reader(kafka_schema())
     reader.pushFilters([EqualTo(("topic",), "big"), GreaterThan(("offset",), 10_000)])
     assert reader.partitions() == []
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "directory", "oversized", "bad json"])
+def test_topic_metadata_is_read_as_the_log_reads_it(many: str, plant: str) -> None:
+    """embedlog.json: a regular file of bounded size, else embedlog's own error (a FIFO must
+    not block planning, a link must not be followed)."""
+    meta = os.path.join(many, "embedlog.json")
+    os.rename(meta, meta + ".real")
+    if plant == "symlink":
+        os.symlink(meta + ".real", meta)
+    elif plant == "fifo":
+        os.mkfifo(meta)
+    elif plant == "directory":
+        os.mkdir(meta)
+    else:
+        with open(meta, "wb") as f:
+            f.write(b" " * (64 * 1024 * 1024 + 1) if plant == "oversized" else b"{nope")
+    with pytest.raises(CorruptCheckpointError):
+        FolderView(many).topics()
+
+
+def test_a_kafka_folder_has_its_topics_from_the_partition_folders(many: str) -> None:
+    os.unlink(os.path.join(many, "embedlog.json"))
+    os.mkdir(os.path.join(many, "small-55.not-a-partition"))
+    view = FolderView(many)
+    assert view.topics() == ["big", "broken", "small"]
+    assert [view.partition_count(t) for t in view.topics()] == [1, 1, 40]
 
 
 def test_batch_offsets_are_resolved_once_per_query(many: str) -> None:

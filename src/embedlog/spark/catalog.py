@@ -5,8 +5,9 @@ Opening a read-only :class:`embedlog.Log` loads every partition of the folder an
 segment file; with 10,000 partitions that alone costs seconds, and a stream would pay it on every
 trigger. :class:`FolderView` instead reads, lazily and per selected partition:
 
-* the topic list and partition counts: ``embedlog.json``, or for a plain Kafka folder the
-  ``<topic>-<partition>`` folder names;
+* the topic list and partition counts: :func:`embedlog.metadata.read_topics` (``embedlog.json``,
+  a regular file of bounded size, or for a plain Kafka folder the ``<topic>-<partition>``
+  folder names);
 * the segments: one directory listing (base offsets from the names, sizes from ``stat``);
 * the log start offset: the first segment's base, raised to the writer's
   ``log-start-offset-checkpoint`` entry (a ``delete_records`` inside a segment);
@@ -30,24 +31,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import checkpoint
+from .. import checkpoint, metadata
 from ..config import TopicConfig
 from ..errors import UnknownTopicError, UsageError
-from ..log import LOG_START, METADATA, parse_metadata
-from ..naming import (
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    parse_partition_dir,
-    parse_segment_file,
-    partition_dir_name,
-)
+from ..naming import LOG_SUFFIX, SWAP_SUFFIX, parse_segment_file, partition_dir_name
 from ..partition import Partition, SegmentInfo
 from ..records import TopicPartition
 from ..segment.segment import Segment, SegmentSettings
 
 __all__ = ["OPEN_PARTITIONS", "FolderView", "PartitionBounds"]
 
-_MAX_METADATA_BYTES = 64 * 1024 * 1024
 OPEN_PARTITIONS = 64
 """Partitions an executor keeps open between tasks (each holds one descriptor per segment)."""
 
@@ -94,23 +87,8 @@ class FolderView:
 
     def _topic_table(self) -> dict[str, tuple[int, TopicConfig]]:
         if self._topics is None:
-            meta_path = os.path.join(self.path, METADATA)
-            try:
-                with open(meta_path, "rb") as f:
-                    raw = f.read(_MAX_METADATA_BYTES + 1)
-            except FileNotFoundError:
-                self._topics = self._discover()
-            else:
-                self._topics = parse_metadata(raw, path=meta_path)
+            self._topics = metadata.read_topics(self.path)
         return self._topics
-
-    def _discover(self) -> dict[str, tuple[int, TopicConfig]]:
-        found: dict[str, int] = {}
-        for entry in os.scandir(self.path):
-            parsed = parse_partition_dir(entry.name)
-            if parsed and entry.is_dir(follow_symlinks=False):
-                found[parsed[0]] = max(found.get(parsed[0], 0), parsed[1] + 1)
-        return {name: (n, TopicConfig()) for name, n in sorted(found.items())}
 
     def topics(self) -> list[str]:
         return sorted(self._topic_table())
@@ -162,7 +140,8 @@ class FolderView:
     def _persisted_start(self, topic: str, partition: int) -> int:
         if self._starts is None:
             try:
-                self._starts = checkpoint.read_offsets(os.path.join(self.path, LOG_START))
+                self._starts = checkpoint.read_offsets(
+                    os.path.join(self.path, metadata.LOG_START))
             except UsageError:
                 self._starts = {}  # being replaced by the writer right now: the bases decide
         return self._starts.get(TopicPartition(topic, partition), 0)
