@@ -11,7 +11,10 @@ trigger. :class:`FolderView` instead reads, lazily and per selected partition:
 * the segments: one directory listing (base offsets from the names, sizes from ``stat``);
 * the log start offset: the first segment's base, raised to the writer's
   ``log-start-offset-checkpoint`` entry (a ``delete_records`` inside a segment);
-* the log end offset: the tail of the last segment only (one segment opened, then closed).
+* the log end offset: the batch headers of the last segment only -- read whole with one
+  ``pread`` when it is small (:data:`SMALL_TAIL_BYTES`), else from its last offset-index
+  entry on -- and re-read only when that segment's size changed. The other segments are
+  never opened (their sizes come from ``stat``).
 
 A partition whose folder shows a compaction swap in progress (``.swap`` files) is loaded through
 a read-only ``Partition`` instead, which resolves the swap the way recovery would; timestamp
@@ -31,18 +34,22 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import checkpoint, metadata
+from .. import _io, checkpoint, metadata
 from ..config import TopicConfig
-from ..errors import UnknownTopicError, UsageError
+from ..errors import CorruptionError, UnknownTopicError, UsageError
 from ..naming import LOG_SUFFIX, SWAP_SUFFIX, parse_segment_file, partition_dir_name
 from ..partition import Partition, SegmentInfo
 from ..records import TopicPartition
+from ..segment import format as fmt
+from ..segment.rules import check_order
 from ..segment.segment import Segment, SegmentSettings
 
-__all__ = ["OPEN_PARTITIONS", "FolderView", "PartitionBounds"]
+__all__ = ["OPEN_PARTITIONS", "SMALL_TAIL_BYTES", "FolderView", "PartitionBounds"]
 
 OPEN_PARTITIONS = 64
 """Partitions an executor keeps open between tasks (each holds one descriptor per segment)."""
+SMALL_TAIL_BYTES = 64 * 1024
+"""A last segment up to this size is read whole to find its end offset (one read, no index)."""
 
 
 @dataclass(frozen=True)
@@ -148,45 +155,51 @@ class FolderView:
 
     def _read_bounds(self, topic: str, partition: int) -> PartitionBounds:
         directory = self._directory(topic, partition)
+        files = _segment_files(directory)
+        if files is None:  # a compaction swap in progress: resolve it as recovery would
+            return self._bounds_via_partition(topic, partition)
+        persisted = self._persisted_start(topic, partition)
+        if not files:
+            return PartitionBounds(persisted, persisted, ())
+        prefix = os.path.join(directory, "")
         segs: list[SegmentInfo] = []
         try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    parsed = parse_segment_file(entry.name)
-                    if parsed is None or parsed[1] != LOG_SUFFIX:
-                        continue
-                    if parsed[2] == SWAP_SUFFIX:
-                        return self._bounds_via_partition(topic, partition)
-                    if not parsed[2]:
-                        segs.append(SegmentInfo(parsed[0], entry.stat().st_size, entry.path))
-        except FileNotFoundError:
-            segs = []
-        segs.sort(key=lambda s: s.base_offset)
-        persisted = self._persisted_start(topic, partition)
-        if not segs:
-            return PartitionBounds(persisted, persisted, ())
-        end = self._tail_end(topic, partition, segs[-1])
-        start = min(max(persisted, segs[0].base_offset), end)
+            for base, name in files[:-1]:
+                path = prefix + name
+                segs.append(SegmentInfo(base, os.stat(path).st_size, path))
+            base, name = files[-1]
+            size, end = self._tail(topic, partition, prefix + name, base)
+        except FileNotFoundError:  # retention or compaction removed a segment meanwhile
+            return self._bounds_via_partition(topic, partition)
+        segs.append(SegmentInfo(base, size, prefix + name))
+        start = min(max(persisted, files[0][0]), end)
         return PartitionBounds(start, end, tuple(segs))
 
-    def _tail_end(self, topic: str, partition: int, last: SegmentInfo) -> int:
-        """The end offset of the last segment, re-read only when its base or size changed."""
+    def _tail(self, topic: str, partition: int, path: str, base: int) -> tuple[int, int]:
+        """``(size, end offset)`` of the last segment, re-read only when its base or size
+        changed. A segment of at most :data:`SMALL_TAIL_BYTES` is read whole and its batch
+        headers walked (no index, one read); a larger one, or one whose bytes are not a clean
+        run of batches, is opened as a :class:`Segment` (its offset index says where the last
+        batches start; damage raises as any read of it would)."""
         key = (topic, partition)
-        known = self._tails.get(key)
-        if known is not None and known[:2] == (last.base_offset, last.size):
-            return known[2]
+        settings = self._segment_settings(topic, partition)
+        quick = _small_tail(path, base, settings.max_batch_bytes, self._tails.get(key))
+        if quick is not None:
+            size, end = quick
+        else:
+            seg = Segment(os.path.dirname(path), base, settings, writable=False, live=True)
+            try:
+                end, size = seg.next_offset, seg.size
+            finally:
+                seg.close()
+        self._tails[key] = (base, size, end)
+        return size, end
+
+    def _segment_settings(self, topic: str, partition: int) -> SegmentSettings:
         settings = self._settings.get(topic)
         if settings is None:
             settings = self._settings[topic] = self._partition_object(topic, partition).settings
-        seg = Segment(os.path.dirname(last.path), last.base_offset, settings, writable=False,
-                      live=True)
-        try:
-            end, size = seg.next_offset, seg.size
-        finally:
-            seg.close()
-        if size == last.size:  # else it grew since the listing: read it again next time
-            self._tails[key] = (last.base_offset, size, end)
-        return end
+        return settings
 
     def _bounds_via_partition(self, topic: str, partition: int) -> PartitionBounds:
         with self._open_partition(topic, partition) as p:
@@ -230,3 +243,58 @@ class FolderView:
             yield p
         finally:
             p.close()
+
+
+def _segment_files(directory: str) -> list[tuple[int, str]] | None:
+    """``(base offset, name)`` of the ``.log`` files in ``directory`` in offset order (none if
+    it does not exist); None while a compaction swap is in progress there (a ``.log.swap``)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    files: list[tuple[int, str]] = []
+    for name in names:
+        if not name.endswith((LOG_SUFFIX, SWAP_SUFFIX)):
+            continue  # indexes and the rest: no need to parse the name
+        parsed = parse_segment_file(name)
+        if parsed is None or parsed[1] != LOG_SUFFIX:
+            continue
+        if parsed[2] == SWAP_SUFFIX:
+            return None
+        if not parsed[2]:
+            files.append((parsed[0], name))
+    files.sort()
+    return files
+
+
+def _small_tail(path: str, base: int, max_batch: int, known: tuple[int, int, int] | None
+                ) -> tuple[int, int] | None:
+    """``(size, end offset)`` of the segment file ``path`` from one read of its bytes, or from
+    ``known`` (base, size, end) if its size did not change; None when it is larger than
+    :data:`SMALL_TAIL_BYTES`, not a regular file, or its bytes are not a clean run of batches
+    (the caller then opens it as a :class:`Segment`). ``FileNotFoundError`` passes through."""
+    try:
+        fd = _io.open_regular(path)
+    except CorruptionError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if known is not None and known[:2] == (base, size):
+            return size, known[2]
+        if size > SMALL_TAIL_BYTES:
+            return None
+        return size, _end_offset(os.pread(fd, size, 0), base, max_batch)
+    except CorruptionError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _end_offset(buf: bytes, base: int, max_batch: int) -> int:
+    """One past the last offset of the whole batches of a segment's bytes ``buf`` (``base``
+    if none), from their headers alone; an incomplete last batch is one being written. Bytes
+    that are not such a run raise :class:`~embedlog.errors.CorruptionError`."""
+    end = base
+    for pos, header in fmt.iter_batches(buf, verify=False, max_batch_size=max_batch):
+        end = check_order(header, end, base, "", pos)
+    return end

@@ -24,7 +24,6 @@ Planning asks the log only about the selected partitions (:class:`LogView`;
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -379,7 +378,7 @@ def _by_segment(
     rng: OffsetRange, segments: Sequence[SegmentView], log_end: int, budget: int
 ) -> list[OffsetRange]:
     segs = sorted(segments, key=lambda s: s.base_offset)
-    pieces: list[OffsetRange] = []
+    runs: list[list[int]] = []  # [start, end, bytes]: adjacent segments up to the budget
     for i, seg in enumerate(segs):
         seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else max(log_end, seg.base_offset)
         lo, hi = max(rng.start, seg.base_offset), min(rng.end, seg_end)
@@ -387,24 +386,18 @@ def _by_segment(
             continue
         span = seg_end - seg.base_offset
         size = seg.size if span <= 0 else seg.size * (hi - lo) // span
-        pieces.append(OffsetRange(rng.topic, rng.partition, lo, hi, size))
-    if not pieces:
-        return [rng]
-    # The pieces must cover the range exactly, whatever a stale segment list says.
-    pieces[0] = dataclasses.replace(pieces[0], start=rng.start)
-    pieces[-1] = dataclasses.replace(pieces[-1], end=rng.end)
-    merged: list[OffsetRange] = [pieces[0]]
-    for piece in pieces[1:]:
-        last = merged[-1]
-        if last.size_bytes + piece.size_bytes <= budget:
-            merged[-1] = OffsetRange(
-                last.topic, last.partition, last.start, piece.end,
-                last.size_bytes + piece.size_bytes,
-            )
+        if runs and runs[-1][2] + size <= budget:
+            runs[-1][1:] = hi, runs[-1][2] + size
         else:
-            merged.append(piece)
+            runs.append([lo, hi, size])
+    if not runs:
+        return [rng]
+    # The runs must cover the range exactly, whatever a stale segment list says.
+    runs[0][0], runs[-1][1] = rng.start, rng.end
     # A segment bigger than the budget (1 GiB by default) is cut by offsets.
-    return [part for task in merged for part in _cut(task, -(-task.size_bytes // budget))]
+    return [part for lo, hi, size in runs
+            for part in _cut(OffsetRange(rng.topic, rng.partition, lo, hi, size),
+                             -(-size // budget))]
 
 
 def _spread(tasks: list[OffsetRange], want: int) -> list[OffsetRange]:
