@@ -8,13 +8,13 @@ trigger. :class:`FolderView` instead reads, lazily and per selected partition:
 * the topic list and partition counts: :func:`embedlog.metadata.read_topics` (``embedlog.json``,
   a regular file of bounded size, or for a plain Kafka folder the ``<topic>-<partition>``
   folder names);
-* the segments: one directory listing (base offsets from the names, sizes from ``stat``);
+* the segments: one directory listing (base offsets from the names, sizes from ``lstat``);
 * the log start offset: the first segment's base, raised to the writer's
   ``log-start-offset-checkpoint`` entry (a ``delete_records`` inside a segment);
 * the log end offset: the batch headers of the last segment only -- read whole with one
   ``pread`` when it is small (:data:`SMALL_TAIL_BYTES`), else from its last offset-index
   entry on -- and re-read only when that segment's size changed. The other segments are
-  never opened (their sizes come from ``stat``).
+  never opened (their sizes come from ``lstat``: never through a link).
 
 A partition whose folder shows a compaction swap in progress (``.swap`` files) is loaded through
 a read-only ``Partition`` instead, which resolves the swap the way recovery would; timestamp
@@ -166,7 +166,7 @@ class FolderView:
         try:
             for base, name in files[:-1]:
                 path = prefix + name
-                segs.append(SegmentInfo(base, os.stat(path).st_size, path))
+                segs.append(SegmentInfo(base, os.lstat(path).st_size, path))
             base, name = files[-1]
             size, end = self._tail(topic, partition, prefix + name, base)
         except FileNotFoundError:  # retention or compaction removed a segment meanwhile
