@@ -362,6 +362,17 @@ def test_forward_base_offset_in_the_active_segment_is_not_a_gap() -> None:
     assert run_trial(corpus, 1847)[1] == []
 
 
+@pytest.mark.parametrize("seed", [6467, 6829, 8033, 8617, 13030])
+def test_a_lowered_time_index_timestamp_does_not_move_time_lookups(seed: int) -> None:
+    """Seeds found at 20,000 trials: damage lowers the first ``.timeindex`` entry's timestamp
+    (no checksum covers it), so it is chosen for an earlier time and names a later batch;
+    ``offsets_for_times`` must check the entry against that batch and not skip records."""
+    corpus = build_corpus()
+    outcome, problems = run_trial(corpus, seed)
+    assert problems == []
+    assert outcome == "identical"
+
+
 def test_corpus_quick() -> None:
     outcomes, problems = run_corpus(QUICK_TRIALS)
     assert problems == []

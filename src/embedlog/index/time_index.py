@@ -122,12 +122,20 @@ class TimeIndex(EntryFile):
         """Absolute offset of the last entry whose timestamp is ``<= target_ts``, or
         ``base_offset`` if there is none: where to start scanning for the first batch whose max
         timestamp is ``>= target_ts``."""
+        entry = self.floor_entry(target_ts)
+        return self.base_offset if entry is None else entry[1]
+
+    def floor_entry(self, target_ts: int) -> tuple[int, int] | None:
+        """``(timestamp, absolute offset)`` of the last entry whose timestamp is ``<= target_ts``
+        (None if there is none). The batch holding that offset has exactly that max timestamp
+        when the entry is intact: callers check it against the log before trusting it."""
         if self._closed:
             self._check_open()
         slot = self._floor_slot(operator.index(target_ts))
         if slot < 0:
-            return self.base_offset
-        return self.base_offset + self._row(slot)[1]
+            return None
+        ts, rel = self._row(slot)
+        return ts, self.base_offset + rel
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose absolute offset is ``>= offset`` (zeroed on disk)."""

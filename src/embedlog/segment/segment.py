@@ -28,7 +28,7 @@ import errno
 import logging
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .. import _io
 from ..errors import CorruptBatchError, CorruptIndexError, StorageError
@@ -229,14 +229,31 @@ class Segment(SegmentRecovery):
 
     @pinned
     def find_offset_by_timestamp(self, timestamp: int) -> int | None:
-        """The first offset in this segment whose record timestamp is >= ``timestamp``."""
-        position = 0
+        """The first offset in this segment whose record timestamp is >= ``timestamp``.
+
+        The time index only says where to start, and it carries no checksum: the entry used
+        is checked against the batch it names (whose max timestamp must equal the entry's).
+        A disagreeing entry is damage and the segment is scanned from its start instead."""
         tindex = self._time_index() if not self.writable else self._timeindex
-        if tindex is not None and len(tindex):
-            candidate = tindex.lookup(timestamp)
-            found = self.find_position(candidate)
-            position = found if found is not None else 0
+        entry = tindex.floor_entry(timestamp) if tindex is not None and len(tindex) else None
+        if entry is not None:
+            position = self.find_position(entry[1])
+            if position is not None:
+                found = self._first_at_or_after(position, timestamp, entry[0])
+                if found is not False:
+                    return found
+        found = self._first_at_or_after(0, timestamp, None)
+        return None if found is False else found
+
+    def _first_at_or_after(self, position: int, timestamp: int,
+                           expect: int | None) -> int | Literal[False] | None:
+        """Scan from ``position``; False when the first batch's max timestamp is not ``expect``
+        (the index entry that chose ``position`` disagrees with the log)."""
         for buf, p, header in self.batches(position):
+            if expect is not None:
+                if header.max_timestamp != expect:
+                    return False
+                expect = None
             if header.is_control or header.max_timestamp < timestamp:
                 continue
             records = fmt.decode_records(buf, p, header)
