@@ -42,7 +42,6 @@ __all__ = [
     "atomic_file",
     "backend",
     "close",
-    "ensure_dir",
     "fsync",
     "fsync_dir",
     "mark",
@@ -379,17 +378,3 @@ def atomic_file(path: str) -> Iterator[int]:
     fsync_dir(os.path.dirname(path) or ".")
 
 
-def ensure_dir(path: str) -> None:
-    """Create ``path`` (and its parents up to an existing one) durably: each new directory's
-    parent is fsynced. Racing creators are fine."""
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path)
-    ensure_dir(parent)
-    try:
-        mkdir(path)
-    except StorageError as exc:
-        if exc.errno != _errno.EEXIST:
-            raise
-        return
-    fsync_dir(parent)

@@ -21,8 +21,9 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from .. import _io
-from ..naming import ABORTED_SUFFIX, TMP_SUFFIX
+from .. import _io, _paths
+from ..errors import CorruptionError
+from ..naming import ABORTED_SUFFIX, SPARK_STAGING_DIR, TMP_SUFFIX
 
 __all__ = ["cleanup", "is_aborted", "mark_aborted", "read_staged", "remove_file", "stage"]
 
@@ -48,10 +49,17 @@ class _Sink:
         self.closed = True
 
 
+def _job_folder(staging: str) -> str:
+    """Create ``<log>/.spark-staging/<job>`` as real folders (a symbolic link or a file in their
+    place is :class:`~embedlog.errors.CorruptionError`: nothing is written through a link)."""
+    root = os.path.dirname(os.path.dirname(staging))
+    return _paths.folder(root, SPARK_STAGING_DIR, os.path.basename(staging))
+
+
 def stage(staging: str, task: int, batches: Iterator[pa.RecordBatch]) -> tuple[str, int]:
     """Write ``batches`` to a new Arrow IPC file in the job folder ``staging``: its path and
     row count, or ``("", 0)`` when there were no batches (nothing is left behind)."""
-    _io.ensure_dir(staging)
+    _job_folder(staging)
     final = os.path.join(staging, f"part-{task:05d}-{uuid.uuid4().hex}.arrow")
     tmp = final + TMP_SUFFIX
     fd: int | None = None
@@ -77,9 +85,14 @@ def stage(staging: str, task: int, batches: Iterator[pa.RecordBatch]) -> tuple[s
     return final, rows
 
 
-def read_staged(path: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """A staged file's rows (only ``columns`` that it has, when given)."""
-    with pa.OSFile(path) as f:
+def read_staged(staging: str, path: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A staged file's rows (only ``columns`` that it has, when given). ``path`` comes from a
+    task's commit message: it must name a regular file directly in the job folder ``staging``."""
+    name = os.path.basename(path)
+    if os.path.dirname(path) != staging or not name.startswith("part-") or \
+            not name.endswith(".arrow"):
+        raise CorruptionError(f"staged file {path!r} is not a part file of {staging!r}")
+    with os.fdopen(_io.open_regular(path), "rb") as raw, pa.PythonFile(raw, mode="r") as f:
         reader = pa.ipc.open_file(f)
         if columns is not None:
             names = reader.schema.names
@@ -95,9 +108,11 @@ def is_aborted(staging: str) -> bool:
 
 def mark_aborted(staging: str) -> None:
     """Leave the marker that tells tasks of a failed job still running to drop their file."""
-    with contextlib.suppress(OSError):
-        _io.ensure_dir(os.path.dirname(staging))
-        _io.close(_io.open_file(staging + ABORTED_SUFFIX, os.O_WRONLY | os.O_CREAT))
+    with contextlib.suppress(OSError, CorruptionError):
+        root = os.path.dirname(os.path.dirname(staging))
+        folder = _paths.folder(root, SPARK_STAGING_DIR)
+        marker = os.path.join(folder, os.path.basename(staging) + ABORTED_SUFFIX)
+        _io.close(_io.open_file(marker, os.O_WRONLY | os.O_CREAT))
 
 
 def remove_file(path: str) -> None:

@@ -123,9 +123,10 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             if staged:
                 with _open_for_write(self.options.path, self.options.lock_timeout_ms) as log:
                     for m in staged:  # every row is checked before the first append
-                        self._validate(log, staging.read_staged(m.path, ("topic", "partition")))
+                        keys = ("topic", "partition")
+                        self._validate(log, staging.read_staged(self.staging, m.path, keys))
                     for m in staged:
-                        self._append(log, staging.read_staged(m.path))
+                        self._append(log, staging.read_staged(self.staging, m.path))
         finally:
             self._cleanup()
 

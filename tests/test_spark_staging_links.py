@@ -1,0 +1,50 @@
+"""The Spark writer's staging folder is created and read without following symbolic links."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from embedlog.errors import CorruptionError  # noqa: E402
+from embedlog.naming import SPARK_STAGING_DIR  # noqa: E402
+from embedlog.spark import staging  # noqa: E402
+
+
+def _rows() -> list[pa.RecordBatch]:
+    return [pa.record_batch({"topic": ["t"], "partition": [0]})]
+
+
+def test_a_staged_file_round_trips(tmp_path: os.PathLike[str]) -> None:
+    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, "job1")
+    path, rows = staging.stage(job, 3, iter(_rows()))
+    assert rows == 1 and os.path.dirname(path) == job
+    assert staging.read_staged(job, path).to_pylist() == [{"topic": "t", "partition": 0}]
+
+
+@pytest.mark.parametrize("linked", [SPARK_STAGING_DIR, f"{SPARK_STAGING_DIR}/job1"])
+def test_staging_never_writes_through_a_link(tmp_path: os.PathLike[str], linked: str) -> None:
+    log, outside = os.path.join(str(tmp_path), "log"), os.path.join(str(tmp_path), "outside")
+    os.makedirs(os.path.dirname(os.path.join(log, linked)))
+    os.makedirs(outside)
+    os.symlink(outside, os.path.join(log, linked))
+    job = os.path.join(log, SPARK_STAGING_DIR, "job1")
+    with pytest.raises(CorruptionError):
+        staging.stage(job, 0, iter(_rows()))
+    staging.mark_aborted(job)
+    assert os.listdir(outside) == []
+
+
+def test_a_staged_path_outside_the_job_folder_is_refused(tmp_path: os.PathLike[str]) -> None:
+    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, "job1")
+    path, _ = staging.stage(job, 0, iter(_rows()))
+    for bad in ("/etc/passwd", os.path.join(str(tmp_path), "part-1.arrow"),
+                os.path.join(job, "other.arrow")):
+        with pytest.raises(CorruptionError):
+            staging.read_staged(job, bad)
+    link = os.path.join(job, "part-00009-link.arrow")
+    os.symlink(path, link)
+    with pytest.raises(CorruptionError):
+        staging.read_staged(job, link)
