@@ -366,9 +366,7 @@ class _Pass:
         else:
             return self._reencode(b, kept, h.delete_horizon_ms)
         idx = np.flatnonzero(kept)
-        records = b"".join(
-            data[a:z] for a, z in zip(starts[idx].tolist(), ends[idx].tolist(), strict=True)
-        )
+        records = fmt.join_ranges(data, starts[idx], ends[idx])
         max_ts = int(timestamps[kept].max()) if h.timestamp_type == 0 else h.max_timestamp
         return fmt.rebuild_batch(h, records, int(kept.sum()), max_ts)
 

@@ -28,6 +28,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from . import _native
+
 __all__ = ["PAD", "Digester", "padded"]
 
 U64 = npt.NDArray[np.uint64]
@@ -88,6 +90,11 @@ class Digester:
             return h[0], h[1]
         if len(buf) < PAD:
             raise ValueError("digest buffer lacks its padding")
+        core = _native.CORE
+        if core is not None:
+            core.digests(np.ascontiguousarray(buf, np.uint8), np.ascontiguousarray(pos, np.int64),
+                         np.ascontiguousarray(lens, np.int64), *self._seeds, h[0], h[1])
+            return h[0], h[1]
         # Overlapping little-endian uint64 windows: words[p] = the 8 bytes at buf[p:p+8].
         words: U64 = np.ndarray(
             (len(buf) - PAD + 1,), dtype="<u8", buffer=buf, strides=(1,)

@@ -24,6 +24,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from . import _native
+
 __all__ = ["SLOT_BYTES", "OffsetMap"]
 
 U64 = npt.NDArray[np.uint64]
@@ -31,6 +33,10 @@ I64 = npt.NDArray[np.int64]
 
 SLOT_BYTES: Final = 24
 """Bytes per slot: a 16-byte digest and an 8-byte offset."""
+
+
+def _u64(a: U64) -> U64:
+    return np.ascontiguousarray(a, np.uint64)
 
 
 class OffsetMap:
@@ -101,6 +107,11 @@ class OffsetMap:
             raise ValueError(f"{n} digests may not fit: room for {self.room}")
         if n == 0:
             return
+        core = _native.CORE
+        if core is not None:
+            self.size += core.put(self._lane0, self._lane1, self._value, _u64(lane0),
+                                  _u64(lane1), np.ascontiguousarray(offsets, np.int64))
+            return
         slot = self._home(lane0)
         pending = np.arange(n, dtype=np.int64)
         value = self._value
@@ -135,6 +146,10 @@ class OffsetMap:
         n = len(lane0)
         out = np.full(n, -1, np.int64)
         if n == 0 or self.size == 0:
+            return out
+        core = _native.CORE
+        if core is not None:
+            core.get(self._lane0, self._lane1, self._value, _u64(lane0), _u64(lane1), out)
             return out
         slot = self._home(lane0)
         pending = np.arange(n, dtype=np.int64)

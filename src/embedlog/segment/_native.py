@@ -10,11 +10,12 @@ is imported. Both give the same bytes, records and errors.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-__all__ = ["CORE", "Core", "codec_implementation"]
+__all__ = ["CORE", "Core", "codec_implementation", "load_compiled"]
 
 
 class Core(Protocol):
@@ -28,7 +29,8 @@ class Core(Protocol):
 
     def slices(self, data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
 
-    def gather(self, chunks: Sequence[tuple[bytes, Any, Any]], /) -> tuple[bytes, bytes, int]: ...
+    def gather(self, chunks: Sequence[tuple[bytes | memoryview, Any, Any]], /
+    ) -> tuple[bytes, bytes, int]: ...
 
     def records(
         self, record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,
@@ -43,14 +45,19 @@ class Core(Protocol):
     ) -> bytes: ...
 
 
-def _load() -> Core | None:
+def load_compiled(module: str) -> Any:
+    """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``
+    asks for the pure code (the one switch for every compiled part of embedlog)."""
     if os.environ.get("EMBEDLOG_PURE", "") not in ("", "0"):
         return None
     try:
-        from embedlog.segment import _ccodec
+        return importlib.import_module(module)
     except ImportError:
         return None
-    return _ccodec
+
+
+def _load() -> Core | None:
+    return cast("Core | None", load_compiled("embedlog.segment._ccodec"))
 
 
 CORE: Core | None = _load()

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from embedlog.segment import encode as _encode
 from embedlog.segment.codecs import Compression
 from embedlog.segment.decode import DecodedRecords, decode_records
-from embedlog.segment.encode import PLAIN, BatchAttributes, rebuild_batch
+from embedlog.segment.encode import PLAIN, BatchAttributes, join_ranges, rebuild_batch
 from embedlog.segment.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -83,6 +83,7 @@ __all__ = [
     "encode_batch",
     "encode_varint",
     "iter_batches",
+    "join_ranges",
     "next_batch",
     "parse_header",
     "rebuild_batch",
