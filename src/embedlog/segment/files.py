@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
 from .. import _io
+from .._closer import close_later
 from .._handles import CACHE
 from ..errors import StorageError
 from ..index import OffsetIndex, TimeIndex
@@ -74,7 +75,7 @@ class SegmentFiles:
         self._missing = False  # the .log did not exist when the segment was opened
         self._retired = False  # deleted or replaced: descriptors kept, outside the budget
         self._open_lock = threading.Lock()
-        self._rfd_closer: Callable[[], None] | None = None
+        self._rfd_closer: weakref.finalize[[int], SegmentFiles] | None = None
         st: os.stat_result | None
         if writable:
             self._wfd = _io.open_file(self.log_path, os.O_WRONLY | os.O_CREAT)
@@ -217,6 +218,9 @@ class SegmentFiles:
                 except StorageError:  # gone already: read as a missing file, as if never there
                     self._missing, self.size, self._identity = True, 0, None
             self._retired = True
+            detached = self._rfd_closer.detach() if self._rfd_closer is not None else None
+            if detached is not None:  # its last close frees the file's blocks: off this thread
+                self._rfd_closer = weakref.finalize(self, close_later, detached[2][0])
         finally:
             CACHE.unpin(self, self._descriptors())
 
