@@ -277,5 +277,6 @@ def test_join_ranges_identical(data: bytes, cuts: list[tuple[int, int]]) -> None
     ends = np.array([a + n for a, n in cuts], np.int64)
     got, want = both(lambda: fmt.join_ranges(data, starts, ends))
     assert got == want
+    assert both(lambda: fmt.join_ranges(memoryview(data), starts, ends)) == (got, want)
     if not isinstance(want, tuple):
         assert want == b"".join(data[a:z] for a, z in zip(starts, ends, strict=True))

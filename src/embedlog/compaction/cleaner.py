@@ -353,7 +353,7 @@ class _Pass:
         starts: npt.NDArray[np.integer]
         ends: npt.NDArray[np.integer]
         if cols is not None and cols.bounds is not None:
-            data: bytes = cols.records.data
+            data: bytes | memoryview = cols.records.data
             starts = cols.bounds[lo : lo + len(kept)]
             ends = cols.bounds[lo + 1 : lo + len(kept) + 1]
             timestamps = cols.records.timestamps[lo : lo + len(kept)]

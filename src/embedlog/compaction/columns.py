@@ -34,9 +34,10 @@ MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
 _INT32_MAX: Final = 2**31 - 1
 
 
-def section(raw: bytes | memoryview, header: fmt.BatchHeader) -> bytes:
-    """The records section of the batch ``raw`` (decompressed)."""
-    body = bytes(memoryview(raw)[fmt.HEADER_SIZE : header.size])
+def section(raw: bytes | memoryview, header: fmt.BatchHeader) -> bytes | memoryview:
+    """The records section of the batch ``raw`` (decompressed; a view of ``raw`` when it is
+    not compressed)."""
+    body = memoryview(raw)[fmt.HEADER_SIZE : header.size]
     codec = header.attributes & fmt.COMPRESSION_MASK
     if codec == Compression.NONE or not (header.records_count or body):
         return body
@@ -171,7 +172,7 @@ def decode_batches(
 def _decode_one_by_one(
     batches: Sequence[tuple[bytes | memoryview, fmt.BatchHeader]],
     first: I64,
-    parts: list[bytes],
+    parts: list[bytes | memoryview],
     sections: I64,
 ) -> Columns:
     """The slow path: each batch decoded (and validated) on its own, then concatenated."""

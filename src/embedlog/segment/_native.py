@@ -29,8 +29,7 @@ class Core(Protocol):
 
     def slices(self, data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
 
-    def gather(self, chunks: Sequence[tuple[bytes | memoryview, Any, Any]], /
-    ) -> tuple[bytes, bytes, int]: ...
+    def gather(self, chunks: Sequence[tuple[bytes, Any, Any]], /) -> tuple[bytes, bytes, int]: ...
 
     def records(
         self, record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,

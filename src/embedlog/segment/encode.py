@@ -297,6 +297,7 @@ def join_ranges(
         raise ValueError("record range outside the batch's data")
     core = _native.CORE
     if core is not None and len(data) < 2**31:
-        return core.gather([(data, starts, lens.astype(np.int32))])[1]
+        whole = data if isinstance(data, bytes) else bytes(data)
+        return core.gather([(whole, starts, lens.astype(np.int32))])[1]
     return b"".join(data[a:z] for a, z in zip(starts.tolist(), (starts + lens).tolist(),
                                                strict=True))
