@@ -1,10 +1,11 @@
-"""The compiled codec core under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""The compiled codec core and key map under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-The C source is compiled with ``gcc -fsanitize=address,undefined`` into a copy of the package
+The C sources are compiled with ``gcc -fsanitize=address,undefined`` into a copy of the package
 in a scratch directory, and a child Python (with libasan and libubsan preloaded, since the
 interpreter itself is not instrumented) runs the differential tests (hypothesis batches and
-their damaged copies), the codec tests, the real Kafka folders and the corruption corpus
-against it. Any sanitizer report aborts the child; the test fails on a non-zero exit.
+their damaged copies), the codec tests, the key map's differential tests, compaction, the real
+Kafka folders and the corruption corpus against it. Any sanitizer report aborts the child; the
+test fails on a non-zero exit.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import pytest
 from .workloads import scratch_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(ROOT, "src", "embedlog", "segment", "_ccodec.c")
+SOURCES = {("segment", "_ccodec"), ("compaction", "_ckeymap")}
 TESTS = [
+    "tests/test_keymap_core.py",
+    "tests/test_compaction.py",
     "tests/test_codec_core.py",
     "tests/test_format.py",
     "tests/test_format_kafka_python.py",
@@ -37,17 +40,20 @@ def _runtime(name: str) -> str | None:
 
 
 def build_sanitized(target: str) -> str:
-    """Copy of src/embedlog under ``target`` with the core built under ASan/UBSan."""
+    """Copy of src/embedlog under ``target`` with the compiled parts built under ASan/UBSan;
+    returns the codec core's path."""
     pkg = os.path.join(target, "embedlog")
     shutil.copytree(os.path.join(ROOT, "src", "embedlog"), pkg,
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    out = os.path.join(pkg, "segment", "_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run(
-        ["gcc", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-         "-fno-omit-frame-pointer", "-g", "-O1", "-shared", "-fPIC",
-         "-I" + sysconfig.get_paths()["include"], SOURCE, "-o", out],
-        check=True)
-    return out
+    for folder, name in sorted(SOURCES):
+        out = os.path.join(pkg, folder, name + sysconfig.get_config_var("EXT_SUFFIX"))
+        subprocess.run(
+            ["gcc", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+             "-fno-omit-frame-pointer", "-g", "-O1", "-shared", "-fPIC",
+             "-I" + sysconfig.get_paths()["include"],
+             os.path.join(ROOT, "src", "embedlog", folder, name + ".c"), "-o", out],
+            check=True)
+    return os.path.join(pkg, "segment", "_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 @pytest.mark.slow
@@ -67,9 +73,12 @@ def test_core_under_address_and_ub_sanitizers() -> None:
     env.setdefault("EMBEDLOG_CORRUPTION_TRIALS", "1000")  # ~4x slower under the sanitizers
     check = subprocess.run(
         [sys.executable, "-c", "from embedlog.segment import _ccodec, _native; "
-         "print(_ccodec.__file__, _native.CORE is _ccodec)"],
+         "from embedlog.compaction import _native as k; "
+         "print(_ccodec.__file__, _native.CORE is _ccodec, k.CORE.__file__)"],
         env=env, capture_output=True, text=True, check=False)
-    assert check.stdout.split() == [built, "True"], check.stderr[-2000:]
+    keymap = built.replace(os.path.join("segment", "_ccodec"), os.path.join("compaction",
+                                                                           "_ckeymap"))
+    assert check.stdout.split() == [built, "True", keymap], check.stderr[-2000:]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False)
