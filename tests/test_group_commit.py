@@ -1,5 +1,6 @@
-"""Group commit of ``append()`` in ``fsync`` mode: one fsync serves every append written before
-it started, and appenders that fsync covers return without waiting for the next one."""
+"""Group commit of ``append()`` in ``fsync`` mode: appends queued while an fsync runs are written
+by one leader and share the next fsync, and appenders an fsync covers return without waiting for
+the next one."""
 
 from __future__ import annotations
 
@@ -96,8 +97,10 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
             rest = [threading.Thread(target=append, args=(i,)) for i in range(1, threads)]
             for t in rest:
                 t.start()
-            # Every other append is written (readable) while the first fsync is held.
-            _until(lambda: p._commit.written >= threads)
+            # Every other append is queued while the first fsync is held (none writes while an
+            # fsync runs); the next leader appends all seven, then fsyncs once.
+            _until(lambda: len(p._commit._queue) >= threads - 1)
+            assert p._commit.written == 1
             release.set()
             for t in [first, *rest]:
                 t.join(WAIT)
@@ -108,3 +111,32 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
         assert fs.count("fsync", suffix=".log") == 2
         values = sorted(r.value or b"" for r in log.read("t", 0))
         assert values == sorted(b"v%d" % i for i in range(threads))
+
+
+def test_a_failed_fsync_fails_every_append_of_its_round(log_dir: pathlib.Path) -> None:
+    """No append of the round returns as durable when its fsync failed; the log is poisoned
+    and the records written before stay readable after a reopen."""
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        log.append("t", b"before")
+        fs = ScriptedFS()
+        fs.fail("fsync", persistent=True)
+        outcomes: list[str] = []
+
+        def append(i: int) -> None:
+            try:
+                log.append("t", b"v%d" % i)
+                outcomes.append("acknowledged")
+            except embedlog.EmbedlogError as exc:
+                outcomes.append(type(exc).__name__)
+
+        with _io.use_backend(fs):
+            ts = [threading.Thread(target=append, args=(i,)) for i in range(4)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(WAIT)
+                assert not t.is_alive()
+        assert len(outcomes) == 4 and "acknowledged" not in outcomes
+    with embedlog.open(log_dir, durability="fsync") as log:
+        assert [r.value for r in log.read("t", 0)][:1] == [b"before"]

@@ -82,6 +82,7 @@ def write_records(
     append_time: int | None = None,
     stamp: ProducerStamp | None = None,
     expect_base: int | None = None,
+    queued: bool = False,
 ) -> list[fmt.BatchHeader]:
     """Encode the records as one batch and append it to ``p`` (halved while it is larger than
     ``max.message.bytes``); returns the stored header of each batch written.
@@ -89,21 +90,26 @@ def write_records(
     ``append_time``: the LogAppendTime stamp; by default the partition's clock now if the topic
     is LogAppendTime, and -1 for a CreateTime batch (a writer that took the topic's settings
     when its batch opened passes them on). ``expect_base``: the offset the records were
-    promised (a reservation); landing elsewhere is a broken invariant."""
+    promised (a reservation); landing elsewhere is a broken invariant. ``queued``: a writer
+    that waits for its own fsync (``Log.append``) joins the group commit's queue
+    (:meth:`Partition.append_queued <embedlog.partition.Partition.append_queued>`)."""
     check_keys(p.topic, p.config, keys)
     if append_time is None and p.config.message_timestamp_type == "LogAppendTime":
         append_time = p.clock()
     elif append_time is not None and append_time < 0:
         append_time = None
     out: list[fmt.BatchHeader] = []
-    _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base, out)
+    append = p.append_queued if queued else p.append_encoded
+    _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base, out,
+           append)
     return out
 
 
 def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
            headers: Headers | None, timestamps: int | Sequence[int], codec: Compression,
            append_time: int | None, stamp: ProducerStamp | None, expect_base: int | None,
-           out: list[fmt.BatchHeader]) -> None:
+           out: list[fmt.BatchHeader],
+           append: Callable[[bytearray], fmt.BatchHeader]) -> None:
     n = len(values)
     batch = fmt.encode_batch(
         values,
@@ -123,9 +129,10 @@ def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
         for lo, hi in ((0, mid), (mid, n)):
             _write(p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
                    timestamps if isinstance(timestamps, int) else timestamps[lo:hi], codec,
-                   append_time, stamp, None if expect_base is None else expect_base + lo, out)
+                   append_time, stamp, None if expect_base is None else expect_base + lo, out,
+                   append)
         return
-    header = p.append_encoded(bytearray(batch))
+    header = append(bytearray(batch))
     if expect_base is not None and header.base_offset != expect_base:
         raise AssertionError(
             f"{p.topic}-{p.partition}: batch landed at {header.base_offset}, "

@@ -155,7 +155,7 @@ class Log(LogFolder):
         p = self._choose(t, key, partition)
         ts = self.clock() if timestamp is None else _validate.timestamp_ms(timestamp)
         header, = write_records(p, [value], [key], [headers] if headers else None, ts,
-                                codec=choose_codec(t.config, None))
+                                codec=choose_codec(t.config, None), queued=True)
         return RecordMetadata(topic, p.partition, header.base_offset, header.max_timestamp
                               if header.timestamp_type == 1 else ts)
 

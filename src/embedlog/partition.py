@@ -48,7 +48,7 @@ from .errors import (
     RecordTooLargeError,
     StorageError,
 )
-from .group_commit import GroupCommit
+from .group_commit import GroupCommit, Queued
 from .manifest import write_manifest
 from .producer_state import ProducerStateTable
 from .records import Record
@@ -236,28 +236,52 @@ class Partition:
         the producer state (a duplicate returns the stored header and writes nothing). Returns
         the batch header as stored. Durable on return in fsync mode.
         """
+        self._check_batch_size(batch)
+        with self.lock:
+            header, seq = self._append_locked(batch)
+        if self.fsync_appends:
+            self.sync(seq)
+        return header
+
+    def append_queued(self, batch: bytearray) -> fmt.BatchHeader:
+        """:meth:`append_encoded` for a writer that waits for its own fsync: in ``fsync`` mode
+        the batch joins the group commit's queue and the round's leader appends every queued
+        batch, then fsyncs once (:meth:`GroupCommit.commit_queued
+        <embedlog.group_commit.GroupCommit.commit_queued>`)."""
+        if not (self.fsync_appends and _io.SAFETY.fsync_before_ack):
+            return self.append_encoded(batch)
+        self._check_batch_size(batch)
+        header: fmt.BatchHeader = self._commit.commit_queued(batch, self._append_all)
+        return header
+
+    def _append_all(self, entries: list[Queued]) -> None:
+        with self.lock:
+            for entry in entries:
+                try:
+                    entry.header = self._append_locked(entry.batch)[0]
+                except (EmbedlogError, ValueError) as exc:
+                    entry.error = exc
+
+    def _append_locked(self, batch: bytearray) -> tuple[fmt.BatchHeader, int]:
+        """Assign offsets and append (caller holds ``lock``): the stored header and the append's
+        count (an idempotent duplicate writes nothing: its stored header, the count so far)."""
+        self.check_writable()
+        if self._reserved is not None:
+            self.settle()
+        fmt.set_base_offset(batch, self.end_offset)
+        header = fmt.parse_header(batch, 0)
+        if header.producer_id >= 0:
+            duplicate = self.producer_states().check(header)
+            if duplicate is not None:
+                return duplicate, self._commit.written
+        return header, self._append(batch, header)
+
+    def _check_batch_size(self, batch: bytearray) -> None:
         if len(batch) > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"record batch of {len(batch)} bytes exceeds max.message.bytes="
                 f"{self.config.max_message_bytes} of topic {self.topic!r}"
             )
-        with self.lock:
-            self.check_writable()
-            if self._reserved is not None:
-                self.settle()
-            base = self.end_offset
-            fmt.set_base_offset(batch, base)
-            header = fmt.parse_header(batch, 0)
-            if header.producer_id >= 0:
-                duplicate = self.producer_states().check(header)
-                if duplicate is not None:
-                    if self.fsync_appends:
-                        self.sync()
-                    return duplicate
-            seq = self._append(batch, header)
-        if self.fsync_appends:
-            self.sync(seq)
-        return header
 
     def _append(self, batch: bytearray, header: fmt.BatchHeader) -> int:
         """Roll if due and append (caller holds ``lock``); returns the append's count."""
