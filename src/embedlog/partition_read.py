@@ -29,6 +29,7 @@ import bisect
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -36,6 +37,7 @@ from . import loader, reader
 from .errors import OffsetOutOfRangeError, StorageError
 from .records import Record
 from .segment import format as fmt
+from .segment.rules import OverlapError
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
@@ -96,7 +98,8 @@ def refresh_view(p: Readable) -> None:
 def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool,
          wanted: int | None) -> Batches:
     """:func:`embedlog.reader.scan` of ``segs`` over ``[offset, stop)``; a view that meets
-    ESTALE lists the folder again and resumes (a writer re-raises it)."""
+    ESTALE or a compaction swap half way (:class:`~embedlog.segment.rules.OverlapError`) lists
+    the folder again and resumes (a writer re-raises it)."""
 
     def current_end() -> int:
         with p.lock:  # an append in progress has updated the end once the lock is free
@@ -111,8 +114,8 @@ def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool
                     wanted -= len(found)
                 yield header, found
             return
-        except StorageError as exc:
-            if exc.errno != errno.ESTALE or p.writable:
+        except (StorageError, OverlapError) as exc:
+            if p.writable or (isinstance(exc, StorageError) and exc.errno != errno.ESTALE):
                 raise
             gone = exc
         with p.lock:
@@ -142,14 +145,29 @@ def batches(p: Readable, start: int | None, end: int | None, control: bool,
     (:func:`embedlog.reader.scan`: control batches skipped unless ``control``; with
     ``max_records`` decoded no further than that). The segment list is captured once.
     ``start=None``: the log start when the scan begins (wherever retention moved it)."""
-    with p.lock:
-        if not p.writable and (start is None or start >= p.end_offset or end is None):
-            p.refresh()
-        start = p.start_offset if start is None else start
-        check_range(p, start)
-        stop = p.end_offset if end is None else min(end, p.end_offset)
-        segs = list(p.segments[segment_index(p, start) :])
+    start, stop, segs = _capture(p, start, end)
     yield from scan(p, segs, start, stop, control, max_records)
+
+
+def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:
+    """``(start, stop, segments)`` of a scan. A view that meets a compaction swap half way
+    (:class:`~embedlog.segment.rules.OverlapError`) lists the folder again, up to ``_RESCANS``
+    times; a writer's overlap is damage and raises."""
+    for attempt in range(_RESCANS + 1):
+        try:
+            with p.lock:
+                if not p.writable and (attempt or start is None or end is None
+                                       or start >= p.end_offset):
+                    p.refresh()
+                first = p.start_offset if start is None else start
+                check_range(p, first)
+                stop = p.end_offset if end is None else min(end, p.end_offset)
+                return first, stop, list(p.segments[segment_index(p, first) :])
+        except OverlapError:
+            if p.writable or attempt == _RESCANS:
+                raise
+            time.sleep(0.001 * (attempt + 1))  # the writer is between a rename and an unlink
+    raise AssertionError("unreachable")
 
 
 def read(p: Readable, start: int | None, end: int | None,

@@ -127,7 +127,7 @@ def check_ceiling(header: fmt.BatchHeader, ceiling: int | None, path: str,
                   position: int | None = None) -> None:
     """A batch ends below ``ceiling``, the next segment's base offset (None: no next one)."""
     if ceiling is not None and header.last_offset >= ceiling:
-        raise CorruptBatchError(
+        raise OverlapError(
             f"batch offsets {header.base_offset}..{header.last_offset} reach into "
             f"the next segment (base {ceiling})",
             path=path,
@@ -177,3 +177,9 @@ class BackwardsError(CorruptBatchError):
 class GapError(CorruptBatchError):
     """A batch that does not start where the previous one ended in a segment that has no gaps
     (see the module notes): the batch itself is the damaged one."""
+
+
+class OverlapError(CorruptBatchError):
+    """A batch reaching into the next segment's offsets. Damage in a writer's log; in a
+    read-only view also what a compaction swap looks like half way (the cleaned segment renamed
+    in before the old ones it replaces left the listing), so a view lists the folder again."""

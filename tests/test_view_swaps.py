@@ -1,0 +1,75 @@
+"""A read-only view that meets a compaction swap half way (the cleaned segment renamed in while
+the segments it replaces are still listed) lists the folder again instead of failing; an overlap
+that stays is damage."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+
+import pytest
+
+import embedlog
+from embedlog import partition_read
+from embedlog.errors import CorruptBatchError
+
+
+def _write(path: pathlib.Path, records: int) -> None:
+    with embedlog.open(path, upkeep=False) as log:
+        log.create_topic("t")
+        for i in range(0, records, 10):
+            log.append_batch("t", [b"v%d" % (i + j) for j in range(10)], partition=0)
+        log.roll("t", 0)
+
+
+def _half_swapped(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[str]]:
+    """A view's folder as a compaction swap leaves it half way: ``0.log`` holds offsets 0-119
+    (the cleaned segment, renamed in) while ``60.log`` (the rolled, empty segment that the
+    writer then filled, rolled and cleaned) is still listed."""
+    many, one = tmp_path / "many", tmp_path / "one"
+    _write(many, 60)
+    _write(one, 120)
+    folder = many / "t-0"
+    later = sorted(n for n in os.listdir(folder) if n.endswith(".log"))[1:]
+    assert later == [str(60).zfill(20) + ".log"]
+    return folder, later
+
+
+def _swap_in(tmp_path: pathlib.Path, folder: pathlib.Path) -> None:
+    """Rename the cleaned segment and its manifest in (the old ones stay listed)."""
+    source = tmp_path / "one" / "t-0"
+    first = str(0).zfill(20)
+    for name in (first + ".log", first + ".index", first + ".timeindex", "embedlog.segments"):
+        shutil.copyfile(source / name, folder / (name + ".new"))
+        os.replace(folder / (name + ".new"), folder / name)
+
+
+def test_a_view_lists_again_when_it_meets_a_swap_half_way(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, later = _half_swapped(tmp_path)
+    with embedlog.open(tmp_path / "many", read_only=True) as view:
+        _swap_in(tmp_path, folder)
+        pauses: list[int] = []
+
+        def sleep(_: float) -> None:  # the writer finishes its swap while the view waits
+            pauses.append(1)
+            for name in later:
+                for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+                    (folder / name.replace(".log", suffix)).unlink(missing_ok=True)
+
+        monkeypatch.setattr(partition_read.time, "sleep", sleep)
+        values = [r.value for r in view.read("t", 0)]
+    assert values == [b"v%d" % i for i in range(120)]
+    assert pauses  # the overlap was met and the view listed the folder again
+
+
+def test_an_overlap_that_stays_is_damage(tmp_path: pathlib.Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _ = _half_swapped(tmp_path)
+    with embedlog.open(tmp_path / "many", read_only=True) as view:
+        _swap_in(tmp_path, folder)
+        monkeypatch.setattr(partition_read.time, "sleep", lambda _: None)
+        with pytest.raises(CorruptBatchError, match="next segment"):
+            list(view.read("t", 0))
