@@ -84,7 +84,7 @@ def build(workdir: str, records: int, partitions: int, value_size: int,
         return log_dir, pq_dir
     # The Parquet copy is built from the log through the reader's own conversion.
     os.makedirs(pq_dir)
-    reader = EmbedlogDataSource({"path": log_dir}).reader(kafka_schema())
+    reader = EmbedlogDataSource({"path": log_dir, "subscribe": TOPIC}).reader(kafka_schema())
     for i, task in enumerate(reader.partitions()):
         table = pa.Table.from_batches(list(reader.read(task)))
         pq.write_table(table, os.path.join(pq_dir, f"part-{i:05d}.parquet"),
