@@ -3,7 +3,7 @@
 The C sources are compiled with ``gcc -fsanitize=address,undefined`` into a copy of the package
 in a scratch directory, and a child Python (with libasan and libubsan preloaded, since the
 interpreter itself is not instrumented) runs the differential tests (hypothesis batches and
-their damaged copies), the codec tests, the key map's differential tests, compaction, the real
+their damaged copies), the codec tests, the key map's differential tests, the real
 Kafka folders and the corruption corpus against it. Any sanitizer report aborts the child; the
 test fails on a non-zero exit.
 """
@@ -24,7 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SOURCES = {("segment", "_ccodec"), ("compaction", "_ckeymap")}
 TESTS = [
     "tests/test_keymap_core.py",
-    "tests/test_compaction.py",
     "tests/test_codec_core.py",
     "tests/test_format.py",
     "tests/test_format_kafka_python.py",
