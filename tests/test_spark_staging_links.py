@@ -12,25 +12,27 @@ from embedlog.errors import CorruptionError  # noqa: E402
 from embedlog.naming import SPARK_STAGING_DIR  # noqa: E402
 from embedlog.spark import staging  # noqa: E402
 
+JOB = "0123456789abcdef0123456789abcdef"
+
 
 def _rows() -> list[pa.RecordBatch]:
     return [pa.record_batch({"topic": ["t"], "partition": [0]})]
 
 
 def test_a_staged_file_round_trips(tmp_path: os.PathLike[str]) -> None:
-    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, "job1")
+    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, JOB)
     path, rows = staging.stage(job, 3, iter(_rows()))
     assert rows == 1 and os.path.dirname(path) == job
     assert staging.read_staged(job, path).to_pylist() == [{"topic": "t", "partition": 0}]
 
 
-@pytest.mark.parametrize("linked", [SPARK_STAGING_DIR, f"{SPARK_STAGING_DIR}/job1"])
+@pytest.mark.parametrize("linked", [SPARK_STAGING_DIR, f"{SPARK_STAGING_DIR}/{JOB}"])
 def test_staging_never_writes_through_a_link(tmp_path: os.PathLike[str], linked: str) -> None:
     log, outside = os.path.join(str(tmp_path), "log"), os.path.join(str(tmp_path), "outside")
     os.makedirs(os.path.dirname(os.path.join(log, linked)))
     os.makedirs(outside)
     os.symlink(outside, os.path.join(log, linked))
-    job = os.path.join(log, SPARK_STAGING_DIR, "job1")
+    job = os.path.join(log, SPARK_STAGING_DIR, JOB)
     with pytest.raises(CorruptionError):
         staging.stage(job, 0, iter(_rows()))
     staging.mark_aborted(job)
@@ -38,13 +40,26 @@ def test_staging_never_writes_through_a_link(tmp_path: os.PathLike[str], linked:
 
 
 def test_a_staged_path_outside_the_job_folder_is_refused(tmp_path: os.PathLike[str]) -> None:
-    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, "job1")
+    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, JOB)
     path, _ = staging.stage(job, 0, iter(_rows()))
     for bad in ("/etc/passwd", os.path.join(str(tmp_path), "part-1.arrow"),
                 os.path.join(job, "other.arrow")):
         with pytest.raises(CorruptionError):
             staging.read_staged(job, bad)
+    for bad_job in ("job1", "../" + JOB, JOB.upper()):
+        other = os.path.join(str(tmp_path), SPARK_STAGING_DIR, bad_job, os.path.basename(path))
+        with pytest.raises(CorruptionError):
+            staging.read_staged(job, other)
     link = os.path.join(job, "part-00009-link.arrow")
     os.symlink(path, link)
     with pytest.raises(CorruptionError):
         staging.read_staged(job, link)
+
+
+def test_a_part_file_of_another_job_folder_reads(tmp_path: os.PathLike[str]) -> None:
+    # A streaming query's tasks stage under the job folder of their own copy of the writer.
+    ours = os.path.join(str(tmp_path), SPARK_STAGING_DIR, JOB)
+    theirs = os.path.join(str(tmp_path), SPARK_STAGING_DIR, "f" * 32)
+    path, _ = staging.stage(theirs, 1, iter(_rows()))
+    assert staging.job_of(ours, path) == theirs
+    assert staging.read_staged(ours, path).num_rows == 1

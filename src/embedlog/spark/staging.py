@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -25,7 +26,9 @@ from .. import _io, _paths
 from ..errors import CorruptionError
 from ..naming import ABORTED_SUFFIX, SPARK_STAGING_DIR, TMP_SUFFIX
 
-__all__ = ["cleanup", "is_aborted", "mark_aborted", "read_staged", "remove_file", "stage"]
+__all__ = ["cleanup", "is_aborted", "job_of", "mark_aborted", "read_staged", "remove_file", "stage"]
+
+_JOB = re.compile(r"[0-9a-f]{32}")
 
 MARKER_TTL_S = 3600
 """Abort markers older than this are removed by the next job's cleanup."""
@@ -85,13 +88,24 @@ def stage(staging: str, task: int, batches: Iterator[pa.RecordBatch]) -> tuple[s
     return final, rows
 
 
-def read_staged(staging: str, path: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """A staged file's rows (only ``columns`` that it has, when given). ``path`` comes from a
-    task's commit message: it must name a regular file directly in the job folder ``staging``."""
+def job_of(staging: str, path: str) -> str:
+    """The job folder of the staged file ``path``, which comes from a task's commit message: it
+    must name a part file directly in a job folder (``<32 hex digits>``) of the staging root that
+    ``staging`` is in. A streaming query's tasks may stage under another job folder than the
+    driver's writer object names: each side builds its own."""
+    job = os.path.dirname(path)
     name = os.path.basename(path)
-    if os.path.dirname(path) != staging or not name.startswith("part-") or \
-            not name.endswith(".arrow"):
+    if os.path.dirname(job) != os.path.dirname(staging) or \
+            not _JOB.fullmatch(os.path.basename(job)) or \
+            not name.startswith("part-") or not name.endswith(".arrow"):
         raise CorruptionError(f"staged file {path!r} is not a part file of {staging!r}")
+    return job
+
+
+def read_staged(staging: str, path: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A staged file's rows (only ``columns`` that it has, when given). ``path`` must name a
+    regular file in a job folder next to ``staging`` (:func:`job_of`)."""
+    job_of(staging, path)
     with os.fdopen(_io.open_regular(path), "rb") as raw, pa.PythonFile(raw, mode="r") as f:
         reader = pa.ipc.open_file(f)
         if columns is not None:

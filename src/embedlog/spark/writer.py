@@ -22,10 +22,11 @@ middle of step 2 can leave a prefix of the job appended, as a crashed Kafka prod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import InvalidConfigError, UnknownTopicError, WriterLockedError
+from ..errors import CorruptionError, InvalidConfigError, UnknownTopicError, WriterLockedError
 from ..log import Log
 from ..log import open as open_log
 from ..naming import SPARK_STAGING_DIR
@@ -128,15 +129,27 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
                     for m in staged:
                         self._append(log, staging.read_staged(self.staging, m.path))
         finally:
-            self._cleanup()
+            self._cleanup(staged)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         # Tasks of a failed job may still be running: the marker tells them to drop their file.
-        staging.mark_aborted(self.staging)
-        self._cleanup()
+        jobs = self._jobs(m for m in messages if isinstance(m, StagedFile) and m.rows)
+        for job in jobs:
+            staging.mark_aborted(job)
+            staging.cleanup(job)
 
-    def _cleanup(self) -> None:
-        staging.cleanup(self.staging)
+    def _cleanup(self, staged: Iterable[StagedFile]) -> None:
+        for job in self._jobs(staged):
+            staging.cleanup(job)
+
+    def _jobs(self, staged: Iterable[StagedFile]) -> list[str]:
+        """This writer's job folder and those the messages name (a streaming query's tasks
+        stage under the job folder of their own copy of the writer)."""
+        jobs = {self.staging}
+        for m in staged:
+            with contextlib.suppress(CorruptionError):
+                jobs.add(staging.job_of(self.staging, m.path))
+        return sorted(jobs)
 
     def _by_topic(self, table: pa.Table) -> Iterator[tuple[str | None, pa.Table]]:
         """The rows of each target topic (the ``topic`` option wins over the column)."""
