@@ -45,10 +45,12 @@ def scan(
     for seg, ceiling in zip(segs, ceilings, strict=True):
         if offset >= stop:
             return
-        position = seg.find_position(offset)
-        if position is None:
+        found_at = seg.find_batch(offset)
+        if found_at is None:
             continue
-        for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc):
+        position, head = found_at
+        for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc,
+                                          exact_first=wanted is not None, head=head):
             if _past(seg, header, ceiling, stop, current_end):
                 return
             if (header.last_offset < offset or (header.is_control and not control)

@@ -58,8 +58,15 @@ class SegmentScan(SegmentFiles):
         *,
         verify: bool = True,
         partial_tail: bool | None = None,
+        exact_first: bool = False,
+        head: bytes | None = None,
     ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
         """Yield ``(buffer, position in buffer, header)`` for each batch from byte ``position``.
+
+        With ``exact_first`` (a point read, which usually stops after the first batch) the first
+        batch is read with one exact ``pread`` of its bytes and the next batch's header
+        (:meth:`_exact`; ``head``: the header bytes at ``position`` when the caller has read
+        them), and yielded before the walk goes on; every check and error is the walk's.
 
         Raises :class:`CorruptBatchError` with the file position at the first invalid batch.
         An incomplete final batch ends the walk quietly only where one can exist: in a ``live``
@@ -76,9 +83,16 @@ class SegmentScan(SegmentFiles):
         offset moved forward, and recovery cuts before both. Any other damage is the next
         batch's own: the batch before it is yielded first.
         """
+        floor: int | None = self.base_offset if position == 0 else None
+        if exact_first:
+            first = self._exact(position, end, verify, floor, head)
+            if first is not None:
+                yield first
+                position += first[2].size
+                floor = first[2].next_offset
         held: tuple[bytes, int, fmt.BatchHeader] | None = None
         try:
-            for batch in self._walk(position, end, verify, partial_tail):
+            for batch in self._walk(position, end, verify, partial_tail, floor):
                 if held is not None:
                     yield held
                 held = batch
@@ -91,14 +105,51 @@ class SegmentScan(SegmentFiles):
         if held is not None:
             yield held
 
-    def _walk(self, position: int, end: int | None, verify: bool, partial_tail: bool | None
-              ) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
-        """The batches from byte ``position``, each checked on its own (:meth:`batches`)."""
+    def _exact(self, position: int, end: int | None, verify: bool, floor: int | None,
+               head: bytes | None = None) -> tuple[bytes, int, fmt.BatchHeader] | None:
+        """The batch at ``position`` and, in the same ``pread``, the next batch's header: the
+        batch is returned when the walk would yield it (its own checks pass, and the next
+        header's offsets do not go back into it: :class:`.rules.BackwardsError` is raised as the
+        walk raises it); None when this cannot be decided from those bytes (the caller walks)."""
+        limit = self.size if end is None else min(end, self.size)
+        if position + fmt.HEADER_SIZE > limit:
+            return None
+        if head is None:
+            head = self.pread(position, fmt.HEADER_SIZE)
+        if len(head) < fmt.HEADER_SIZE:
+            return None
+        try:
+            size = fmt.parse_header(head, 0).size
+        except CorruptBatchError:
+            return None  # the walk reports it
+        if size > self.settings.max_batch_bytes or position + size > limit:
+            return None
+        buf = self.pread(position, size + fmt.HEADER_SIZE)
+        checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
+        header = self._next(buf, 0, position, checked, self.settings.max_batch_bytes)
+        if header is None or header.size != size:
+            return None
+        after = check_order(header, floor, self.base_offset, self.log_path, position, self.bounds)
+        if len(buf) - size < fmt.HEADER_SIZE:
+            return buf, 0, header  # no whole header follows: the walk would yield it too
+        try:
+            following = fmt.parse_header(buf, size)
+            check_order(following, after, self.base_offset, self.log_path, position + size,
+                        self.bounds)
+        except BackwardsError:
+            raise  # it goes back into this batch: either base offset may be the damaged one
+        except CorruptBatchError:
+            pass  # the next batch's own damage, reported by the walk that reads it
+        return buf, 0, header
+
+    def _walk(self, position: int, end: int | None, verify: bool, partial_tail: bool | None,
+              floor: int | None) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
+        """The batches from byte ``position``, each checked on its own (:meth:`batches`);
+        ``floor`` as :func:`.rules.check_order` takes it."""
         tail_ok = self.live if partial_tail is None else partial_tail
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
         chunk = FIRST_CHUNK
-        floor: int | None = self.base_offset if position == 0 else None
         bounds = self.bounds
         checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
         while position < limit:

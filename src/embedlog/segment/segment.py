@@ -196,10 +196,15 @@ class Segment(SegmentRecovery):
             return start if start < self.size else 0
         return 0
 
-    @pinned
     def find_position(self, offset: int) -> int | None:
         """Byte position of the first batch whose last offset is >= ``offset``; ``None`` if the
         segment has no such batch."""
+        found = self.find_batch(offset)
+        return None if found is None else found[0]
+
+    @pinned
+    def find_batch(self, offset: int) -> tuple[int, bytes] | None:
+        """:meth:`find_position` and the batch's header bytes there (the CRC not checked)."""
         start = self._indexed_position(offset)
         position = start
         while position + fmt.HEADER_SIZE <= self.size:
@@ -223,7 +228,7 @@ class Segment(SegmentRecovery):
                     position=position,
                 )
             if header.last_offset >= offset:
-                return position
+                return position, head
             position += header.size
         return None
 
