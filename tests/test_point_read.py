@@ -9,7 +9,7 @@ import shutil
 import struct
 import tempfile
 from collections.abc import Callable, Iterator
-from itertools import islice
+from itertools import islice, pairwise
 from typing import Any
 
 import pytest
@@ -106,3 +106,25 @@ def test_undamaged_point_reads_return_every_record(template: pathlib.Path) -> No
             assert _first(log.read("t", 0, rec.offset, max_records=1)) == [rec]
         segs = log._partition_of("t", 0).segments
         assert len(segs) >= 2
+
+
+def test_point_reads_inside_a_compacted_batch(tmp_path: pathlib.Path) -> None:
+    # A cleaned batch keeps its base offset but loses records: the first records decoded are
+    # below the wanted offset, which must still be found in the same batch.
+    with embedlog.open(tmp_path / "log") as log:
+        log.create_topic("c", config={"cleanup.policy": "compact", "segment.bytes": 1024})
+        for r in range(6):
+            log.append_batch("c", [b"v%d-%d" % (r, i) for i in range(20)],
+                             keys=[b"k%d" % (i % 5) for i in range(20)])
+        for i in range(30):
+            log.append("c", b"tail%d" % i, key=b"t%d" % i)
+        assert log.compact("c").records_retained < 146
+        every = list(log.read("c", 0))
+        gaps = [b.offset - a.offset for a, b in pairwise(every)]
+        assert max(gaps) == 1 and every[0].offset > 0  # compacted, then dense records
+        batches = list(log.read_batches("c", 0))
+        assert any(len(b.values()) < b.last_offset - b.base_offset + 1 for b in batches)
+        for rec in every:
+            for n in (1, 2, 7):
+                got = list(log.read("c", 0, rec.offset, max_records=n))
+                assert got == every[every.index(rec):every.index(rec) + n]

@@ -84,10 +84,13 @@ def _restrict(buf: bytes, position: int, header: fmt.BatchHeader, offset: int, s
               wanted: int | None) -> fmt.DecodedRecords:
     """The records of the batch at ``position`` of ``buf`` that fall in ``[offset, stop)``,
     decoding no more than ``wanted`` of them."""
-    first = 0
-    if offset > header.base_offset and header.records_count == header.last_offset_delta + 1:
-        first = offset - header.base_offset  # dense: record i has offset base + i
-    found = fmt.decode_records(buf, position, header, first=first, count=wanted)
+    first, count = 0, wanted
+    if offset > header.base_offset:
+        if header.records_count == header.last_offset_delta + 1:
+            first = offset - header.base_offset  # dense: record i has offset base + i
+        else:
+            count = None  # compacted: which record holds `offset` is known only by decoding
+    found = fmt.decode_records(buf, position, header, first=first, count=count)
     lo = hi = None
     if found.offsets[0] < offset:
         lo = int(found.offsets.searchsorted(offset))
