@@ -33,13 +33,12 @@ written -- a producer writes batches within ``linger_ms`` of a send; on a read-o
 (records written by another process) it re-reads the partition files every 10 ms.
 
 **Reading.** Consumers follow new segments, survive retention (reset as above) and skip offset
-gaps left by compaction and control batches. ``isolation_level="read_committed"`` withholds the
-records of open transactions and drops those of aborted ones (transactional batches of a
-producer id followed by an ABORT marker), as Kafka does below the last stable offset.
+gaps of compaction and control batches. ``isolation_level="read_committed"`` stops at the last
+stable offset (also the end that ``end_offsets``/``seek_to_end``/``lag`` use) and drops aborted
+transactions' records, as Kafka does.
 
 **Layers.** Which partitions are read, and when, is decided here; :mod:`embedlog.fetcher` reads
 them (with the rules of :mod:`embedlog.transactions`), through :mod:`embedlog._client_api`.
-
 A consumer is used by one thread at a time (``close()`` may come from another thread).
 """
 
@@ -380,7 +379,7 @@ class Consumer:
             self.seek(tp, offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        """Move ``partitions`` (default: all assigned) to their log end."""
+        """Move ``partitions`` (default: all assigned) to their end (:meth:`end_offsets`)."""
         for tp, offset in self.end_offsets(partitions or list(self._fetches)).items():
             self.seek(tp, offset)
 
@@ -390,8 +389,13 @@ class Consumer:
         return {tp: self.log.start_offset(*tp) for tp in tps}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log ends; last stable offsets under ``read_committed`` (Kafka's ``endOffsets``)."""
         tps = [_validate.topic_partition(tp) for tp in _validate.iterable(partitions, "partitions")]
-        return {tp: self.log.end_offset(*tp) for tp in tps}
+        return {tp: self._end_of(tp) for tp in tps}
+
+    def _end_of(self, tp: TopicPartition) -> int:
+        committed = self.isolation_level == "read_committed"
+        return (self.log.last_stable_offset if committed else self.log.end_offset)(*tp)
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
@@ -400,8 +404,8 @@ class Consumer:
         return offsets_for_times(self.log, timestamps)
 
     def lag(self) -> dict[TopicPartition, int]:
-        """Records between each assigned partition's position and its log end."""
-        return {tp: max(0, self.log.end_offset(*tp) - self.position(tp))
+        """Offsets between each assigned partition's position and its :meth:`end_offsets`."""
+        return {tp: max(0, self._end_of(tp) - self.position(tp))
                 for tp in self._fetches}
 
     # ------------------------------------------------------------------ commits

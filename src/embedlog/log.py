@@ -39,7 +39,6 @@ from .partitioner import partition_for_key
 from .records import Header, Record, RecordBatch, RecordMetadata
 from .segment import format as fmt
 from .topics import Topic
-from .transactions import last_stable_offset
 from .upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -397,7 +396,7 @@ class Log(LogFolder):
         without a marker, else the end offset. ``read_committed`` readers stop here."""
         p = self._partition_of(topic, partition)
         with p.lock:
-            return last_stable_offset(list(p.segments), p.end_offset)
+            return p.stable.get(p.segments, p.end_offset)
 
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         """A :class:`~embedlog.consumer.Consumer` of this log, subscribed to ``topics``

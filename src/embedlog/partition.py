@@ -56,7 +56,7 @@ from .retention import expired
 from .segment import format as fmt
 from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
-from .transactions import AbortedRanges, indexed_aborted
+from .transactions import AbortedRanges, StableOffset, indexed_aborted
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
 
@@ -120,6 +120,8 @@ class Partition:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.start_offset = 0
+        self.stable = StableOffset()
+        """The last stable offset, read incrementally (under ``lock``)."""
         self.lock = threading.RLock()
         self._commit = GroupCommit(self._flush_active)
         self.poisoned: BaseException | None = None

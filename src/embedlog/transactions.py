@@ -52,6 +52,7 @@ __all__ = [
     "AbortedRanges",
     "AbortedTxn",
     "CommittedFilter",
+    "StableOffset",
     "TxnBatch",
     "TxnTracker",
     "aborted_ranges",
@@ -206,6 +207,54 @@ def last_stable_offset(segments: Sequence[Segment], end: int) -> int:
     oldest transaction without a marker, else ``end``."""
     lso = aborted_ranges(segments, end).last_stable_offset
     return end if lso is None else lso
+
+
+class StableOffset:
+    """One partition's last stable offset, kept up to date by reading only the batch headers
+    appended since the previous call (Kafka keeps it in its producer state); the answer is
+    always :func:`last_stable_offset`'s.
+
+    It holds the segments it has read (the objects themselves: a segment deleted by retention or
+    swapped in by compaction makes it read everything again, as does an end that went back), the
+    position in the last of them where it stopped, and the transactions open so far. The caller
+    serialises calls (the partition's lock)."""
+
+    __slots__ = ("_end", "_position", "_segments", "_tracker")
+
+    _segments: tuple[Segment, ...]
+    _position: int
+    _end: int
+    _tracker: TxnTracker
+
+    def __init__(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        self._segments, self._position, self._end = (), 0, 0
+        self._tracker = TxnTracker(keep=False)
+
+    def get(self, segments: Sequence[Segment], end: int) -> int:
+        """The last stable offset of ``segments`` ending at ``end``."""
+        known = self._segments
+        if end < self._end or len(segments) < len(known) or \
+                any(a is not b for a, b in zip(known, segments, strict=False)):
+            self._forget()
+            known = ()
+        first = max(len(known) - 1, 0)
+        for i in range(first, len(segments)):
+            seg, position = segments[i], self._position if i == first else 0
+            self._segments, self._position = tuple(segments[: i + 1]), position
+            for at, header in iter_headers(seg, position):
+                if header.base_offset >= end:
+                    break
+                kind = None
+                if header.is_control and header.producer_id >= 0:
+                    kind = control_type(seg.pread(at, header.size), header)
+                self._tracker.on_batch(header, kind)
+                self._position = at + header.size
+        self._end = end
+        lso = self._tracker.last_stable_offset
+        return end if lso is None else lso
 
 
 class AbortedRanges:
