@@ -280,3 +280,38 @@ def test_join_ranges_identical(data: bytes, cuts: list[tuple[int, int]]) -> None
     assert both(lambda: fmt.join_ranges(memoryview(data), starts, ends)) == (got, want)
     if not isinstance(want, tuple):
         assert want == b"".join(data[a:z] for a, z in zip(starts, ends, strict=True))
+
+
+class _Bytes(bytes):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+_ITEMS = st.one_of(
+    st.none(), st.binary(max_size=3), st.binary(max_size=3).map(bytearray),
+    st.binary(max_size=3).map(_Bytes), st.text(max_size=2), st.booleans(),
+    st.integers(-3, 3), st.sampled_from([I64 - 1, I64, -I64, 2**70]),
+    st.integers(0, 9).map(_Int), st.floats(allow_nan=False),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_ITEMS, max_size=12), as_tuple=st.booleans())
+def test_argument_scans_match_the_python_checks(items: list[Any], as_tuple: bool) -> None:
+    """The C scans behind append_batch's argument checks find the same first bad item as the
+    Python predicates they replace."""
+    seq: Any = tuple(items) if as_tuple else items
+    not_bytes = [i for i, v in enumerate(items) if not (v is None or v.__class__ is bytes)]
+    not_int = [i for i, v in enumerate(items) if not (type(v) is int and 0 <= v < I64)]
+    assert _ccodec.first_not_bytes(seq) == (not_bytes[0] if not_bytes else -1)
+    assert _ccodec.first_not_int64(seq) == (not_int[0] if not_int else -1)
+    with pytest.raises(TypeError):
+        _ccodec.first_not_bytes(iter(items))
+    from embedlog import _validate
+    got = both(lambda: _validate.bytes_values(seq, "values"))
+    assert got[0] == got[1]
+    stamps = both(lambda: _validate.timestamps_ms(list(items), len(items)))
+    assert stamps[0] == stamps[1]

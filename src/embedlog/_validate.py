@@ -35,6 +35,7 @@ from .errors import (
 )
 from .naming import validate_topic
 from .records import Header, TopicPartition
+from .segment import _native
 
 __all__ = [
     "INT64_LIMIT",
@@ -139,8 +140,7 @@ def timestamps_ms(values: object, n: int, name: str = "timestamps") -> int | lis
     out = list(values)
     if len(out) != n:
         raise ArgumentOutOfRangeError(f"{name} has {len(out)} entries for {n} values")
-    if all(type(t) is int for t in out) and (not out or (min(out) >= 0
-                                                          and max(out) < INT64_LIMIT)):
+    if _all_int64(out):
         return out
     return [timestamp_ms(t, f"{name}[{i}]") for i, t in enumerate(out)]
 
@@ -187,10 +187,27 @@ def bytes_values(values: object, name: str) -> Sequence[Any]:
                 f"{name} must be a sequence of bytes or None, not {_type_name(values)}")
         values = list(values)  # type: ignore[call-overload]
     seq: Sequence[Any] = values  # type: ignore[assignment]
-    if not all(v is None or v.__class__ is bytes for v in seq):
+    if not _all_bytes(seq):
         for i, v in enumerate(seq):
             optional_bytes(v, f"{name}[{i}]")
     return seq
+
+
+def _all_bytes(seq: Sequence[Any]) -> bool:
+    """Every item is None or exactly bytes (one C pass with the compiled core)."""
+    core = _native.CORE
+    if core is not None and (seq.__class__ is list or seq.__class__ is tuple):
+        return core.first_not_bytes(seq) < 0  # type: ignore[arg-type]
+    return all(v is None or v.__class__ is bytes for v in seq)
+
+
+def _all_int64(seq: list[Any]) -> bool:
+    """Every item is exactly an int in ``[0, 2**63)`` (one C pass with the compiled core)."""
+    core = _native.CORE
+    if core is not None:
+        return core.first_not_int64(seq) < 0
+    return all(type(t) is int for t in seq) and (not seq or (min(seq) >= 0
+                                                             and max(seq) < INT64_LIMIT))
 
 
 def headers(value: object, name: str = "headers") -> list[Header] | None:

@@ -1125,12 +1125,64 @@ done:
 
 /* ------------------------------------------------------------------------ module */
 
+/* ------------------------------------------------------------------------ argument scans */
+
+PyDoc_STRVAR(first_not_bytes_doc,
+"first_not_bytes(seq) -> int\n\n"
+"The index of the first item of the list or tuple seq that is neither None nor exactly bytes;\n"
+"-1 when there is none.");
+
+static PyObject *
+py_first_not_bytes(PyObject *self, PyObject *seq)
+{
+    (void)self;
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
+        PyErr_SetString(PyExc_TypeError, "first_not_bytes() takes a list or a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (items[i] != Py_None && !PyBytes_CheckExact(items[i]))
+            return PyLong_FromSsize_t(i);
+    }
+    return PyLong_FromLong(-1);
+}
+
+PyDoc_STRVAR(first_not_int64_doc,
+"first_not_int64(seq) -> int\n\n"
+"The index of the first item of the list or tuple seq that is not exactly an int in\n"
+"[0, 2**63); -1 when there is none.");
+
+static PyObject *
+py_first_not_int64(PyObject *self, PyObject *seq)
+{
+    (void)self;
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
+        PyErr_SetString(PyExc_TypeError, "first_not_int64() takes a list or a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow = 0;
+        if (!PyLong_CheckExact(items[i]))
+            return PyLong_FromSsize_t(i);
+        long long v = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+        if (overflow || v < 0)
+            return PyLong_FromSsize_t(i);
+    }
+    return PyLong_FromLong(-1);
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, decode_doc},
     {"slices", py_slices, METH_VARARGS, slices_doc},
     {"gather", py_gather, METH_O, gather_doc},
     {"records", py_records, METH_VARARGS, records_doc},
     {"encode", py_encode, METH_VARARGS, encode_doc},
+    {"first_not_bytes", py_first_not_bytes, METH_O, first_not_bytes_doc},
+    {"first_not_int64", py_first_not_int64, METH_O, first_not_int64_doc},
     {NULL, NULL, 0, NULL},
 };
 

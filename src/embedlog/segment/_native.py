@@ -43,6 +43,10 @@ class Core(Protocol):
         od: Any, header: bytes | None, /,
     ) -> bytes: ...
 
+    def first_not_bytes(self, seq: list[Any] | tuple[Any, ...], /) -> int: ...
+
+    def first_not_int64(self, seq: list[Any] | tuple[Any, ...], /) -> int: ...
+
 
 def load_compiled(module: str) -> Any:
     """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``
