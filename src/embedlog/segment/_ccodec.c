@@ -1132,16 +1132,26 @@ PyDoc_STRVAR(first_not_bytes_doc,
 "The index of the first item of the list or tuple seq that is neither None nor exactly bytes;\n"
 "-1 when there is none.");
 
+/* The items of a list or tuple (n of them); NULL with TypeError for anything else. */
+static PyObject **
+scanned_items(PyObject *seq, const char *fn, Py_ssize_t *n)
+{
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes a list or a tuple", fn);
+        return NULL;
+    }
+    *n = PySequence_Fast_GET_SIZE(seq);
+    return PySequence_Fast_ITEMS(seq);
+}
+
 static PyObject *
 py_first_not_bytes(PyObject *self, PyObject *seq)
 {
     (void)self;
-    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
-        PyErr_SetString(PyExc_TypeError, "first_not_bytes() takes a list or a tuple");
+    Py_ssize_t n;
+    PyObject **items = scanned_items(seq, "first_not_bytes", &n);
+    if (items == NULL)
         return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (items[i] != Py_None && !PyBytes_CheckExact(items[i]))
             return PyLong_FromSsize_t(i);
@@ -1158,12 +1168,10 @@ static PyObject *
 py_first_not_int64(PyObject *self, PyObject *seq)
 {
     (void)self;
-    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
-        PyErr_SetString(PyExc_TypeError, "first_not_int64() takes a list or a tuple");
+    Py_ssize_t n;
+    PyObject **items = scanned_items(seq, "first_not_int64", &n);
+    if (items == NULL)
         return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         int overflow = 0;
         if (!PyLong_CheckExact(items[i]))
