@@ -1132,16 +1132,18 @@ PyDoc_STRVAR(first_not_bytes_doc,
 "The index of the first item of the list or tuple seq that is neither None nor exactly bytes;\n"
 "-1 when there is none.");
 
-/* The items of a list or tuple (n of them); NULL with TypeError for anything else. */
-static PyObject **
-scanned_items(PyObject *seq, const char *fn, Py_ssize_t *n)
+/* The items of a list or tuple (*n of them; an empty list has none at all); -1 with TypeError
+ * for anything else. */
+static int
+scanned_items(PyObject *seq, const char *fn, PyObject ***items, Py_ssize_t *n)
 {
     if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
         PyErr_Format(PyExc_TypeError, "%s() takes a list or a tuple", fn);
-        return NULL;
+        return -1;
     }
     *n = PySequence_Fast_GET_SIZE(seq);
-    return PySequence_Fast_ITEMS(seq);
+    *items = PySequence_Fast_ITEMS(seq);
+    return 0;
 }
 
 static PyObject *
@@ -1149,8 +1151,8 @@ py_first_not_bytes(PyObject *self, PyObject *seq)
 {
     (void)self;
     Py_ssize_t n;
-    PyObject **items = scanned_items(seq, "first_not_bytes", &n);
-    if (items == NULL)
+    PyObject **items;
+    if (scanned_items(seq, "first_not_bytes", &items, &n) < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (items[i] != Py_None && !PyBytes_CheckExact(items[i]))
@@ -1169,8 +1171,8 @@ py_first_not_int64(PyObject *self, PyObject *seq)
 {
     (void)self;
     Py_ssize_t n;
-    PyObject **items = scanned_items(seq, "first_not_int64", &n);
-    if (items == NULL)
+    PyObject **items;
+    if (scanned_items(seq, "first_not_int64", &items, &n) < 0)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         int overflow = 0;
