@@ -308,6 +308,12 @@ def test_argument_scans_match_the_python_checks(items: list[Any], as_tuple: bool
     not_int = [i for i, v in enumerate(items) if not (type(v) is int and 0 <= v < I64)]
     assert _ccodec.first_not_bytes(seq) == (not_bytes[0] if not_bytes else -1)
     assert _ccodec.first_not_int64(seq) == (not_int[0] if not_int else -1)
+    out = np.full(len(items), -7, np.int64)
+    stop = not_int[0] if not_int else len(items)
+    assert _ccodec.first_not_int64(seq, out) == (not_int[0] if not_int else -1)
+    assert out[:stop].tolist() == items[:stop] and (out[stop:] == -7).all()
+    with pytest.raises(ValueError):
+        _ccodec.first_not_int64(seq, np.empty(len(items) + 1, np.int64))
     with pytest.raises(TypeError):
         _ccodec.first_not_bytes(iter(items))
     from embedlog import _validate

@@ -1162,27 +1162,42 @@ py_first_not_bytes(PyObject *self, PyObject *seq)
 }
 
 PyDoc_STRVAR(first_not_int64_doc,
-"first_not_int64(seq) -> int\n\n"
+"first_not_int64(seq, out=None) -> int\n\n"
 "The index of the first item of the list or tuple seq that is not exactly an int in\n"
-"[0, 2**63); -1 when there is none.");
+"[0, 2**63); -1 when there is none. With ``out`` (a writable int64 column of len(seq)) the\n"
+"items before that index are stored in it.");
 
 static PyObject *
-py_first_not_int64(PyObject *self, PyObject *seq)
+py_first_not_int64(PyObject *self, PyObject *args)
 {
     (void)self;
+    PyObject *seq, *out = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O", &seq, &out))
+        return NULL;
     Py_ssize_t n;
     PyObject **items;
     if (scanned_items(seq, "first_not_int64", &items, &n) < 0)
         return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int overflow = 0;
-        if (!PyLong_CheckExact(items[i]))
-            return PyLong_FromSsize_t(i);
-        long long v = PyLong_AsLongLongAndOverflow(items[i], &overflow);
-        if (overflow || v < 0)
-            return PyLong_FromSsize_t(i);
+    Py_buffer view;
+    int64_t *o = NULL;
+    if (out != Py_None) {
+        if (get_column(out, &view, 8, 1, n) < 0)
+            return NULL;
+        o = view.buf;
     }
-    return PyLong_FromLong(-1);
+    Py_ssize_t bad = -1;
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++) {
+        int overflow = 0;
+        long long v = PyLong_CheckExact(items[i]) ? PyLong_AsLongLongAndOverflow(items[i], &overflow)
+                                                  : -1;
+        if (overflow || v < 0)
+            bad = i;
+        else if (o != NULL)
+            o[i] = v;
+    }
+    if (o != NULL)
+        PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(bad);
 }
 
 static PyMethodDef methods[] = {
@@ -1192,7 +1207,7 @@ static PyMethodDef methods[] = {
     {"records", py_records, METH_VARARGS, records_doc},
     {"encode", py_encode, METH_VARARGS, encode_doc},
     {"first_not_bytes", py_first_not_bytes, METH_O, first_not_bytes_doc},
-    {"first_not_int64", py_first_not_int64, METH_O, first_not_int64_doc},
+    {"first_not_int64", py_first_not_int64, METH_VARARGS, first_not_int64_doc},
     {NULL, NULL, 0, NULL},
 };
 

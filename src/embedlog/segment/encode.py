@@ -212,6 +212,11 @@ def _encode_empty(
 
 
 def _timestamp_column(timestamps: Timestamps, n: int) -> I64:
+    core = _native.CORE
+    if core is not None and timestamps.__class__ is list and len(timestamps) == n:  # type: ignore[arg-type]
+        ts = np.empty(n, np.int64)  # one C pass; anything unusual goes through numpy below
+        if core.first_not_int64(timestamps, ts) < 0:  # type: ignore[arg-type]
+            return ts
     ts = np.asarray(timestamps, dtype=np.int64)
     if ts.ndim == 0:
         return np.full(n, ts, np.int64)
