@@ -321,3 +321,19 @@ def test_argument_scans_match_the_python_checks(items: list[Any], as_tuple: bool
     assert got[0] == got[1]
     stamps = both(lambda: _validate.timestamps_ms(list(items), len(items)))
     assert stamps[0] == stamps[1]
+
+
+def test_record_batch_columns_match_the_pure_code(tmp_path: Any) -> None:
+    """RecordBatch.keys/values/records (C slices and records) equal the pure code's, with null
+    keys and values, headers, and a slice that starts inside the batch."""
+    with embedlog.open(tmp_path / "log") as log:
+        log.create_topic("t")
+        log.append_batch("t", [None if i % 5 == 0 else b"v%d" % i for i in range(40)],
+                         keys=[None if i % 3 == 0 else b"k%d" % i for i in range(40)],
+                         headers=[[("h", b"%d" % i)] if i % 2 else [] for i in range(40)])
+        log.append_batch("t", [b"plain"] * 7)
+        for batch in log.read_batches("t", 0, 3):
+            for view in (batch, batch.slice(2, 6)):
+                for fn in (view.keys, view.values, lambda v=view: list(v.records())):
+                    got, want = both(fn)
+                    assert got == want and len(got) == len(view)

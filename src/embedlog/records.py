@@ -9,6 +9,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from .segment import _native
+
 __all__ = [
     "CREATE_TIME",
     "LOG_APPEND_TIME",
@@ -141,19 +143,37 @@ class RecordBatch:
         )
 
     def records(self) -> Iterator[Record]:
-        """The batch's records as :class:`Record` tuples."""
-        for i, (offset, ts) in enumerate(zip(self.offsets.tolist(), self.timestamps.tolist(),
-                                             strict=True)):
-            yield Record(self.topic, self.partition, offset, ts, self.timestamp_type,
-                         self.key(i), self.value(i), self.header(i))
+        """The batch's records as :class:`Record` tuples (built in C by the compiled core)."""
+        core = _native.CORE
+        if core is not None and self.buffer.__class__ is bytes and (
+                self.headers is None or self.headers.__class__ is list):
+            return iter(core.records(
+                Record, self.topic, self.partition, self.timestamp_type, self.buffer,
+                _c(self.offsets, np.int64), _c(self.timestamps, np.int64),
+                _c(self.key_positions, np.int64), _c(self.key_lengths, np.int32),
+                _c(self.value_positions, np.int64), _c(self.value_lengths, np.int32),
+                self.headers,  # type: ignore[arg-type]
+            ))  # fmt: skip
+        return (Record(self.topic, self.partition, offset, ts, self.timestamp_type,
+                       self.key(i), self.value(i), self.header(i))
+                for i, (offset, ts) in enumerate(zip(self.offsets.tolist(),
+                                                     self.timestamps.tolist(), strict=True)))
+
+
+def _c(column: npt.NDArray[np.generic], dtype: type[np.generic]) -> npt.NDArray[np.generic]:
+    return np.ascontiguousarray(column, dtype)
 
 
 def _slices(buffer: bytes, positions: npt.NDArray[np.int64], lengths: npt.NDArray[np.int32]
             ) -> list[bytes | None]:
-    """``buffer[p : p + n]`` for each position and length, ``None`` where the length is -1;
-    the bounds are computed as whole columns, the slicing is one comprehension."""
+    """``buffer[p : p + n]`` for each position and length, ``None`` where the length is -1
+    (one C pass with the compiled core; else the bounds are computed as whole columns and the
+    slicing is one comprehension)."""
     if len(lengths) == 0:
         return []
+    core = _native.CORE
+    if core is not None and buffer.__class__ is bytes:
+        return core.slices(buffer, _c(positions, np.int64), _c(lengths, np.int32))
     if int(lengths.min()) >= 0:
         ends = (positions + lengths).tolist()
         return [buffer[a:b] for a, b in zip(positions.tolist(), ends, strict=True)]
