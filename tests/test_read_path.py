@@ -43,8 +43,8 @@ def test_sealed_batch_crc_is_checked_once_and_remembered(log_dir: pathlib.Path) 
     with embedlog.open(log_dir, read_only=True) as ro:
         assert len(list(ro.read("t", 0))) == 400
         first = _remembered(ro)
-        assert first > 0  # every sealed batch, none of the active segment's
-        assert not ro._topic("t").partitions[0].segments[-1].crc_memo
+        assert first > 0  # every batch, the view's live tail included (no writer runs)
+        assert ro._topic("t").partitions[0].segments[-1].crc_memo
         assert len(list(ro.read("t", 0))) == 400
         assert _remembered(ro) == first
 
@@ -108,3 +108,18 @@ def test_point_read_below_known_end_does_not_refresh(
         calls.clear()
         assert [r.value for r in ro.read("t", 0, 401, max_records=5)] == [b"newer"]
         assert len(calls) >= 1
+
+
+def test_a_views_live_segment_remembers_checks_until_its_file_changes(
+        log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"v%03d" % i for i in range(50)])
+        log.append_batch("t", [b"w%03d" % i for i in range(50)])
+    with embedlog.open(log_dir, read_only=True) as ro:
+        assert len(list(ro.read("t", 0))) == 100
+        assert _remembered(ro) == 2  # one live segment, both batches checked once
+        path = sorted((log_dir / "t-0").glob("*.log"))[0]
+        _flip_value_byte(path)  # in place, with a new modification time: a new identity
+        with pytest.raises(embedlog.CorruptBatchError):
+            list(ro.read("t", 0))

@@ -73,3 +73,35 @@ def test_an_overlap_that_stays_is_damage(tmp_path: pathlib.Path,
         monkeypatch.setattr(partition_read.time, "sleep", lambda _: None)
         with pytest.raises(CorruptBatchError, match="next segment"):
             list(view.read("t", 0))
+
+
+def test_a_segment_deleted_between_listing_and_opening_makes_the_view_list_again(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from embedlog import loader
+    from embedlog.errors import StorageError
+
+    _write(tmp_path / "log", 60)
+    with embedlog.open(tmp_path / "log", read_only=True) as view:
+        p = view._partition_of("t", 0)
+        real = loader.adopt
+        calls: list[int] = []
+
+        def flaky(*args: object, **kwargs: object) -> object:
+            calls.append(1)
+            if len(calls) <= 2:  # retention deleted a listed segment before it was opened
+                raise StorageError(errno.ESTALE, "the segment was deleted or replaced")
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(loader, "adopt", flaky)
+        partition_read.refresh_view(p)
+        assert len(calls) == 3
+        assert [r.value for r in view.read("t", 0, 55)] == [b"v%d" % i for i in range(55, 60)]
+
+        def gone(*args: object, **kwargs: object) -> object:
+            raise StorageError(errno.EIO, "an I/O error is not retried")
+
+        monkeypatch.setattr(loader, "adopt", gone)
+        with pytest.raises(StorageError):
+            partition_read.refresh_view(p)

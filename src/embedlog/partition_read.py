@@ -74,25 +74,39 @@ class Readable(Protocol):
 
 def refresh_view(p: Readable) -> None:
     """Pick up segments created or deleted by the writer (and swapped in by its compaction)
-    and the active segment's new size; a writer's partition is left alone."""
+    and the active segment's new size; a writer's partition is left alone. A segment deleted
+    between the listing and its opening (``StorageError(ESTALE)``) makes it list again."""
     if p.writable:
         return
     with p.lock:
-        try:
-            names = os.listdir(p.directory)
-        except FileNotFoundError:
-            names = []
-        adopted = loader.adopt(p.directory, p.settings, p.segments, names, p._manifest_seen)
-        if adopted is not None:
-            p.segments, p._manifest_seen = adopted
-            p._bases = [s.base_offset for s in p.segments]
-            if p._bases:
-                p.start_offset = max(p.start_offset, p._bases[0])
-        if p.segments:
-            p.segments[-1].refresh()
-        persisted = p.persisted_start()
-        if persisted is not None and persisted > p.start_offset:
-            p.start_offset = min(persisted, p.end_offset)
+        for attempt in range(_RESCANS + 1):
+            try:
+                return _refresh_once(p, stale_dropped=attempt > 0)
+            except StorageError as exc:  # a segment listed was deleted before it was opened
+                if exc.errno != errno.ESTALE or attempt == _RESCANS:
+                    raise
+                time.sleep(0.001 * (attempt + 1))
+
+
+def _refresh_once(p: Readable, stale_dropped: bool) -> None:
+    """One listing adopted; with ``stale_dropped`` the open segments whose name now holds
+    another file (or none) are opened afresh rather than kept."""
+    try:
+        names = os.listdir(p.directory)
+    except FileNotFoundError:
+        names = []
+    segments = [s for s in p.segments if s.is_current()] if stale_dropped else p.segments
+    adopted = loader.adopt(p.directory, p.settings, segments, names, p._manifest_seen)
+    if adopted is not None:
+        p.segments, p._manifest_seen = adopted
+        p._bases = [s.base_offset for s in p.segments]
+        if p._bases:
+            p.start_offset = max(p.start_offset, p._bases[0])
+    if p.segments:
+        p.segments[-1].refresh()
+    persisted = p.persisted_start()
+    if persisted is not None and persisted > p.start_offset:
+        p.start_offset = min(persisted, p.end_offset)
 
 
 def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool,

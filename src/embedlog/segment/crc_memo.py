@@ -1,13 +1,15 @@
-"""CRC checks remembered for the batches of a sealed segment while it stays open.
+"""CRC checks remembered for the batches of a segment file while it stays open.
 
-A sealed segment no longer changes, so a batch whose CRC was checked once need not be checked
-again on the next read. Each open :class:`~embedlog.segment.segment.Segment` keeps a
-:class:`Memo` of ``(file identity, position)`` pairs, the identity being ``(device, inode, size,
-mtime_ns)`` of its open descriptor (so an inode number is never reused under it). A file
-rewritten in place since (a new size or modification time) has another identity, so its batches
-are checked again; a byte changed in place that keeps the size and the modification time is not
-seen until the segment is opened again (the trust a page cache gives anyway). The active segment
-and a read-only view's live tail are never remembered: every read checks them.
+A sealed segment no longer changes, and bytes once appended are never rewritten in place, so a
+batch whose CRC was checked once need not be checked again on the next read. Each open
+:class:`~embedlog.segment.segment.Segment` keeps a :class:`Memo` of ``(file identity,
+position)`` pairs, the identity being ``(device, inode, size, mtime_ns)`` of its open descriptor
+(so an inode number is never reused under it). A file rewritten in place since (a new size or
+modification time) has another identity, so its batches are checked again; a byte changed in
+place that keeps the size and the modification time is not seen until the segment is opened
+again (the trust a page cache gives anyway). A read-only view's live tail is remembered the same
+way (its writer only appends, and each append changes the identity); the writer's own active
+segment never is: every read checks it.
 """
 
 from __future__ import annotations

@@ -187,9 +187,12 @@ class SegmentScan(SegmentFiles):
 
     @pinned
     def _sealed_identity(self) -> Identity | None:
-        """The identity of a sealed segment's file (its CRC checks are remembered); None for the
-        active segment and a read-only view's live tail, whose checks never are."""
-        if self.writable or self.live:
+        """The identity of the segment's file, whose CRC checks are remembered under it; None
+        for the writer's active segment, whose checks never are. A read-only view's live tail
+        is remembered too: the writer only appends to it (a batch's bytes never change in place;
+        only recovery and salvage cut a file, and that changes its size and modification
+        time), and every append gives the file a new identity."""
+        if self.writable:
             return None
         fd = self._read_fd()
         return None if fd is None else identity(fd)
