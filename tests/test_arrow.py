@@ -20,6 +20,7 @@ import pyarrow as pa
 import embedlog
 from embedlog import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from embedlog.arrow import DEFAULT_COLUMNS, columns, kafka_arrow_schema, read_arrow
+from embedlog.arrow.schema import project
 from embedlog.errors import InvalidConfigError
 from embedlog.segment import _native
 from embedlog.segment import format as fmt
@@ -290,3 +291,37 @@ def test_compiled_gather_equals_the_reference_binary_column(
         _native.CORE = saved
     assert compiled.equals(reference)
     assert compiled.to_pylist() == [item for items in chunks for item in items]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.lists(st.one_of(st.none(), st.integers(0, 300)), min_size=1,
+                               max_size=12), min_size=1, max_size=8),
+       batch_rows=st.integers(1, 20), max_bytes=st.integers(1, 1500))
+def test_arrow_batches_respect_rows_and_bytes(tmp_path_factory: pytest.TempPathFactory,
+                                              sizes: list[list[int | None]], batch_rows: int,
+                                              max_bytes: int) -> None:
+    """Every Arrow batch holds at most ``batch_rows`` rows and ``max_bytes`` of keys and values
+    (unless one record alone is larger), is full when another follows, and all rows come out in
+    order."""
+    path = tmp_path_factory.mktemp("batcher") / "log"
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+        for batch in sizes:
+            log.append_batch("t", [None if n is None else b"v" * n for n in batch])
+        kafka = list(log.read_batches("t", 0))
+        names, schema = project(["offset", "value"])
+        batcher = columns.ArrowBatcher("t", 0, names, schema, batch_rows, max_bytes)
+        out = [b for r in kafka for b in batcher.add(r.timestamp_type, r)]
+        out += list(batcher.flush())
+    rows = [row for b in out for row in b.to_pylist()]
+    flat = [n for batch in sizes for n in batch]
+    assert [r["offset"] for r in rows] == list(range(len(flat)))
+    assert [None if r["value"] is None else len(r["value"]) for r in rows] == flat
+    for i, b in enumerate(out):
+        item_bytes = sum(len(v or b"") for v in b.column("value").to_pylist())
+        assert 0 < b.num_rows <= batch_rows
+        assert item_bytes <= max_bytes or b.num_rows == 1
+        if i + 1 < len(out):  # full: the rows, or the bytes with the next record
+            nxt = out[i + 1].column("value")[0].as_py() or b""
+            assert b.num_rows == batch_rows or item_bytes + len(nxt) > max_bytes \
+                or item_bytes >= max_bytes

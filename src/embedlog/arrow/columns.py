@@ -59,6 +59,15 @@ class ArrowBatcher:
     def add(self, timestamp_type: int, records: RecordBatch) -> Iterator[pa.RecordBatch]:
         """Queue one Kafka batch's records; yield every full Arrow batch now available."""
         n = len(records)
+        if n <= self.batch_rows - self._rows and \
+                self._bytes + len(records.buffer) <= self.max_bytes:
+            # The whole batch fits (its buffer bounds its keys and values): no per-record sizes.
+            self._pending.append((timestamp_type, records))
+            self._rows += n
+            self._bytes += _item_bytes(records)
+            if self._rows >= self.batch_rows or self._bytes >= self.max_bytes:
+                yield self._emit()
+            return
         sizes = np.cumsum(np.maximum(records.key_lengths, 0) + np.maximum(records.value_lengths, 0),
                           dtype=np.int64)
         start = 0
@@ -91,6 +100,15 @@ class ArrowBatcher:
         )
         self._pending, self._rows, self._bytes = [], 0, 0
         return batch
+
+
+def _item_bytes(records: RecordBatch) -> int:
+    """The bytes of ``records``' keys and values (nulls count 0)."""
+    kl, vl = records.key_lengths, records.value_lengths
+    total = int(kl.sum(dtype=np.int64)) + int(vl.sum(dtype=np.int64))
+    if total < 0 or (len(kl) and (int(kl.min()) < 0 or int(vl.min()) < 0)):
+        total = int(np.maximum(kl, 0).sum(dtype=np.int64) + np.maximum(vl, 0).sum(dtype=np.int64))
+    return total
 
 
 def records_to_batch(
@@ -158,6 +176,9 @@ def _column(
     if name == "topic":
         return pa.repeat(pa.scalar(topic, type=pa.string()), n)
     if name == "timestampType":
+        kinds = {t for t, _ in chunks}
+        if len(kinds) == 1:  # the usual case: one type for the whole partition
+            return pa.array(np.full(n, kinds.pop(), dtype=np.int32), type=pa.int32())
         types = np.concatenate([np.full(len(r), t, dtype=np.int32) for t, r in chunks])
         return pa.array(types, type=pa.int32())
     if name in ("key", "value"):
