@@ -92,7 +92,7 @@ class MemoryPartition:
 
 def fetcher(*, committed: Mapping[TopicPartition, int] | None = None, read_only: bool = False,
             **kwargs: Any) -> Fetcher:
-    log = SimpleNamespace(read_only=read_only)
+    log = SimpleNamespace(read_only=read_only, path="/nonexistent/log")  # never armed here
     options: dict[str, Any] = {"isolation_level": "read_uncommitted",
                                "auto_offset_reset": "earliest"}
     options.update(kwargs)

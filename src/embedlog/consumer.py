@@ -27,10 +27,10 @@ owned: commit here) and ``on_assign(partitions)`` get the partitions lost or gai
 (cooperative rebalancing). A member commits only partitions it owns. Without a group,
 ``subscribe`` takes every partition and ``commit`` is refused.
 
-**Waiting.** ``poll(timeout)`` blocks while nothing is new. On the log's writer (records
-appended in this process) it waits on ``Partition.appended`` and wakes as soon as a batch is
-written -- a producer writes batches within ``linger_ms`` of a send; on a read-only open
-(records written by another process) it re-reads the partition files every 10 ms.
+**Waiting.** ``poll(timeout)`` blocks while nothing is new. On the log's writer it waits on
+``Partition.appended`` (a producer writes batches within ``linger_ms`` of a send); on a
+read-only open on a :class:`~embedlog._wake.WakeSource` (inotify on the partitions' folders,
+else a re-read every 10 ms), and re-reads at least every half second.
 
 **Reading.** Consumers follow new segments, survive retention (reset as above) and skip offset
 gaps of compaction and control batches. ``isolation_level="read_committed"`` stops at the last
@@ -327,7 +327,7 @@ class Consumer:
             # wake at least every group tick (the protocol runs here) or half a second
             tick = _GROUP_TICK_S if self._membership is not None else 0.5
             wait_for_records(fetches, min(remaining, tick), self._wake,
-                             read_only=self.log.read_only)
+                             read_only=self.log.read_only, waker=self._fetcher.waker)
 
     def __iter__(self) -> Iterator[Record]:
         """Records as they arrive; positions move record by record (see
@@ -467,6 +467,8 @@ class Consumer:
             return
         self._closing = True
         self._wake.set()
+        if self._fetcher.waker is not None:
+            self._fetcher.waker.close()  # ends a wait in another thread first
         try:
             if autocommit and self.enable_auto_commit and self._store is not None:
                 self._commit_positions(list(self._fetches))

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from . import _validate
 from ._client_api import ClientLog, ClientPartition
+from ._wake import POLL_S, Armed, WakeSource
 from .errors import InvalidArgumentError, OffsetOutOfRangeError
+from .naming import partition_dir_name
 from .records import Header, Record, TopicPartition
 from .segment import format as fmt
 from .transactions import CommittedFilter, marker_type
@@ -42,13 +44,12 @@ __all__ = [
     "OffsetAndTimestamp",
     "Run",
     "concat",
+    "folder_names",
     "offsets_for_times",
     "wait_for_records",
 ]
 
 _new = tuple.__new__
-_FILE_POLL_S: Final = 0.010
-"""How often a consumer of a read-only open re-reads the partition files while waiting."""
 _SLICE_S: Final = 0.002
 """Wait slice per partition when waiting on several partitions of a writer in this process."""
 
@@ -216,6 +217,12 @@ class Fetcher:
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._rotation = 0
+        self.waker = WakeSource(log.path) if log.read_only else None
+        """Wake-ups on changes by the writer, another process (a read-only open)."""
+
+    def arm(self, fetches: Iterable[Fetch]) -> Armed | None:
+        """Watch the folders of ``fetches`` (``None`` on the writer: no wake source)."""
+        return None if self.waker is None else self.waker.arm(folder_names(fetches))
 
     # ------------------------------------------------------------------ handing out
 
@@ -226,6 +233,8 @@ class Fetcher:
         them -- or, given ``runs``, leave the positions to the caller and list the records per
         partition there. An error after some records were taken is returned (to be raised
         later) instead of raised."""
+        if self.waker is not None:
+            self.waker.drain()  # a change after this is read below or ends the next wait
         out: list[Record] = []
         n = len(fetches)
         start = self._rotation % n if n else 0
@@ -363,15 +372,26 @@ class Fetcher:
         f.move_to(f.p.start_offset if policy == "earliest" else f.p.end_offset)
 
 
+def folder_names(fetches: Iterable[Fetch]) -> list[str]:
+    """The names of the folders of ``fetches``' partitions in the log folder."""
+    return [partition_dir_name(f.tp.topic, f.tp.partition) for f in fetches]
+
+
 def wait_for_records(fetches: list[Fetch], limit: float, stop: threading.Event,
-                     *, read_only: bool) -> None:
+                     *, read_only: bool, waker: WakeSource | None = None) -> None:
     """Block until records may have arrived in ``fetches``, at most ``limit`` seconds or until
-    ``stop`` is set. On a read-only open (the writer is another process) that is one file poll
-    interval; on the writer, until a batch appended in this process moves some partition's end
-    past ``f.stop`` (or closes it), waiting on each partition in turn for a short slice when
-    there are several."""
+    ``stop`` is set. On a read-only open (the writer is another process): until ``waker``
+    reports a change in their folders (``stop`` is ``waker``'s to end then: ``close``), or
+    one timed check interval without a waker or where it fell back to timed checks (returns
+    at once when a new watch asks for a second look first). On the writer, until a batch
+    appended in this process moves some partition's end past ``f.stop`` (or closes it),
+    waiting on each partition in turn for a short slice when there are several."""
+    if read_only and waker is not None:
+        if waker.arm(folder_names(fetches)) is not Armed.RECHECK:
+            waker.wait(limit)
+        return
     if read_only or not fetches:
-        stop.wait(min(limit, _FILE_POLL_S))
+        stop.wait(min(limit, POLL_S))
         return
     end = time.monotonic() + limit
     turn = 0

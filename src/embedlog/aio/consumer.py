@@ -9,11 +9,11 @@
 
 **Threads.** Each consumer owns a :class:`~embedlog.Consumer` and one worker thread; every
 call into the consumer runs there, in the order made, so the event loop never blocks on a file,
-a lock or a wait. A waiting :meth:`AsyncConsumer.getmany` polls in slices of at most 50 ms in
-that thread: on the log's writer it wakes as soon as a batch is appended (the partition's
-condition variable), on a read-only open (records written by another process) within the sync
-consumer's 10 ms re-read of the partition files; between slices, other calls (a commit) get
-their turn and cancellation takes effect.
+a lock or a wait. A waiting :meth:`AsyncConsumer.getmany` on the log's writer polls there in
+slices of at most 50 ms, woken by an append; between slices, other calls (a commit) get their
+turn and cancellation takes effect. On a read-only open the worker only looks and arms the
+:class:`~embedlog._wake.WakeSource`; the wait is on the loop (``add_reader``), 0.5 s at most
+(50 ms in a group); without inotify, the worker's slices re-read the files every 10 ms.
 
 **Handed out vs fetched.** Records the worker fetched but the application has not received yet
 are *stashed* (``getmany(max_records=...)`` takes part of a fetch; a cancelled ``getmany``
@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .. import _validate
+from .._wake import Armed
 from ..consumer import Consumer
 from ..errors import LogClosedError, UsageError
 from ..records import Record, TopicPartition
@@ -60,6 +61,7 @@ __all__ = ["AsyncConsumer"]
 T = TypeVar("T")
 _SLICE_S: Final = 0.05
 """Longest single wait in the worker; bounds how long a cancelled getmany keeps the worker."""
+_WAKE_WAIT_S: Final = 0.5  # longest wait on the loop for a wake-up: then re-read anyway
 _IN_CALLBACK: contextvars.ContextVar[AsyncConsumer | None] = contextvars.ContextVar(
     "embedlog_aio_callback", default=None)
 
@@ -134,6 +136,8 @@ class AsyncConsumer:
         if self._stopping:
             return
         self._stopping = True
+        if self._sync is not None and self._sync._fetcher.waker is not None:
+            self._sync._fetcher.waker.close()  # ends a wait on the loop now
         if self._sync is None:
             return
         async with self._lock:
@@ -210,7 +214,26 @@ class AsyncConsumer:
                 first = False
                 if self._auto_commit and time.monotonic() >= self._next_auto_commit:
                     await self._commit_handed()
-                await self._fetch(max(0.0, min(left, _SLICE_S)))
+                await self._wait(max(0.0, left))
+
+    async def _wait(self, left: float) -> None:
+        """One wait for records, at most ``left`` seconds (see the module notes)."""
+        waker = self._started()._fetcher.waker
+        if waker is None or waker.timed or left <= 0:  # (a look alone arms nothing)
+            await self._fetch(min(left, _SLICE_S))
+            return
+        await self._fetch(0.0, self._poll_and_arm)
+        if not self._stash:
+            await waker.wait_async(min(left, _SLICE_S if self.group else _WAKE_WAIT_S))
+
+    def _poll_and_arm(self, _: float) -> list[Record]:
+        """In the worker: the records there now; if none, arm the wake source (and look again
+        after a new watch: it cannot report what came before it)."""
+        sync = self._started()
+        records = sync.poll(0.0)
+        if not records and sync._fetcher.arm(sync._fetches.values()) is Armed.RECHECK:
+            records = sync.poll(0.0)
+        return records
 
     async def getone(self, *partitions: TopicPartition) -> Record:
         """The next record (waiting as long as it takes)."""
@@ -236,13 +259,15 @@ class AsyncConsumer:
                 raise StopAsyncIteration from None
             raise
 
-    async def _fetch(self, timeout_s: float) -> None:
-        """One poll slice in the worker. Its records reach the stash even when the caller is
-        cancelled meanwhile (except those of partitions seeked since it started)."""
+    async def _fetch(self, timeout_s: float,
+                     poll: Callable[[float], list[Record]] | None = None) -> None:
+        """One poll slice in the worker (``poll``, default the sync consumer's). Its records
+        reach the stash even when the caller is cancelled meanwhile (except those of
+        partitions seeked since it started)."""
         sync = self._started()
         epochs = (self._epoch_all, dict(self._epochs))
         assert self._loop is not None
-        fut = self._loop.run_in_executor(self._worker, sync.poll, timeout_s)
+        fut = self._loop.run_in_executor(self._worker, poll or sync.poll, timeout_s)
         fut.add_done_callback(lambda f: self._stash_fetch(f, epochs))
         self._inflight = fut
         await asyncio.shield(fut)
