@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import embedlog
 from embedlog import InheritedLogError, LogClosedError, TopicPartition, _wake
@@ -36,14 +38,21 @@ WRITER = textwrap.dedent("""
     with embedlog.open(sys.argv[1]) as log:
         print("ready", flush=True)
         for line in sys.stdin:
+            *recreate, value = line.split()
             time.sleep(0.3)  # the reader is blocked by now
-            log.append("t", line.strip().encode(), partition=0)
+            if recreate:
+                log.delete_topic("t")
+                time.sleep(0.3)
+                log.create_topic("t")
+                time.sleep(0.3)
+            log.append("t", value.encode(), partition=0)
             print("sent", flush=True)
 """)
 
 
 class Writer:
-    """A writer process: each :meth:`send` appends one record to ``t``-0 after 0.3 s."""
+    """A writer process: each :meth:`send` appends one record to ``t``-0 after 0.3 s (first
+    deleting and creating ``t`` again for ``"recreate <value>"``)."""
 
     def __init__(self, path: pathlib.Path) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -112,9 +121,24 @@ def test_sync_poll_is_woken_by_another_process(log_dir: pathlib.Path, writer: Wr
         assert waker is not None and not waker.timed and waker.wakes >= 3
         fd = waker.fd
         assert fd is not None
-        partition = log_dir / "t-0"
-        assert watched_inodes(fd) == {partition.stat().st_ino}  # only the folder being read
+        # only the log folder and the folder being read
+        assert watched_inodes(fd) == {log_dir.stat().st_ino, (log_dir / "t-0").stat().st_ino}
     assert waker.closed and waker.fd is None  # closed with the consumer
+
+
+@linux
+def test_a_topic_deleted_and_created_again_by_the_writer(log_dir: pathlib.Path,
+                                                         writer: Writer) -> None:
+    with embedlog.open(log_dir, read_only=True) as ro, ro.consumer("t") as consumer:
+        assert [r.value for r in blocked_poll(consumer, writer, "before")] == [b"before"]
+        records = blocked_poll(consumer, writer, "recreate after")
+        assert [(r.offset, r.value) for r in records] == [(0, b"after")]
+        waker = consumer._fetcher.waker
+        assert waker is not None and waker.fd is not None and not waker.timed
+        new = (log_dir / "t-0").stat().st_ino
+        assert watched_inodes(waker.fd) == {log_dir.stat().st_ino, new}  # not the old one
+        records = blocked_poll(consumer, writer, "again")
+        assert [(r.offset, r.value) for r in records] == [(1, b"again")]
 
 
 @linux
@@ -258,46 +282,54 @@ def arm_ready(waker: WakeSource, names: list[str]) -> None:
 @linux
 def test_a_partition_folder_created_after_the_watch_starts(tmp_path: pathlib.Path) -> None:
     with wake_source(tmp_path) as waker:
-        arm_ready(waker, ["t-0"])  # missing: the log folder is watched for it
-        assert watched_inodes(waker.fd) == {tmp_path.stat().st_ino}  # type: ignore[arg-type]
+        arm_ready(waker, ["t-0"])  # missing: the log folder's watch sees it come
+        fd = waker.fd
+        assert fd is not None and watched_inodes(fd) == {tmp_path.stat().st_ino}
         (tmp_path / "other-0").mkdir()
         (tmp_path / "embedlog.json").write_bytes(b"{}")
         assert not waker.drain()  # not the folder waited for
-        (tmp_path / "t-0").mkdir()
-        waker.wait(10)
-        assert waker.drain() and waker.wakes == 1
-        arm_ready(waker, ["t-0"])  # the folder itself now; the log folder no longer
-        assert watched_inodes(waker.fd) == {(tmp_path / "t-0").stat().st_ino}  # type: ignore
+        (tmp_path / "other-1").mkdir()
+        threading.Timer(0.2, (tmp_path / "t-0").mkdir).start()
+        waker.wait(10)  # other-1 does not end the wait, t-0 does
+        assert (tmp_path / "t-0").is_dir() and waker.wakes == 1
+        arm_ready(waker, ["t-0"])
+        assert watched_inodes(fd) == {tmp_path.stat().st_ino, (tmp_path / "t-0").stat().st_ino}
         (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"x")
         waker.wait(10)
-        assert waker.drain() and waker.wakes == 2
+        assert waker.wakes == 2
 
 
 @linux
 def test_a_replaced_partition_folder_is_watched_again(tmp_path: pathlib.Path) -> None:
     folder = tmp_path / "t-0"
+    root = tmp_path.stat().st_ino
     with wake_source(tmp_path) as waker:
         folder.mkdir()
-        first = folder.stat().st_ino
         arm_ready(waker, ["t-0"])
+        fd = waker.fd
+        assert fd is not None and watched_inodes(fd) == {root, folder.stat().st_ino}
         shutil.rmtree(folder)
-        assert waker.drain()  # the folder went away: wake, forget its watch
-        arm_ready(waker, ["t-0"])  # missing now: the log folder is watched
+        assert waker.drain()  # the log folder saw it go
+        assert waker.arm(["t-0"]) is Armed.READY and watched_inodes(fd) == {root}
         folder.mkdir()
+        assert waker.drain()
+        arm_ready(waker, ["t-0"])
         (folder / "00000000000000000000.log").write_bytes(b"x")
         assert waker.drain()
+        # replaced between two arms: the new folder is watched, the old one no longer
+        folder.rename(tmp_path / "t-0.old")
+        folder.mkdir()
         arm_ready(waker, ["t-0"])
-        assert watched_inodes(waker.fd) == {folder.stat().st_ino}  # type: ignore[arg-type]
-        (folder / "00000000000000000000.log").write_bytes(b"y")
+        assert watched_inodes(fd) == {root, folder.stat().st_ino}
+        assert waker.drain()  # the log folder's events of the swap
+        (tmp_path / "t-0.old" / "00000000000000000000.log").write_bytes(b"y")
+        assert not waker.drain()  # the old folder says nothing any more
+        (folder / "00000000000000000000.log").write_bytes(b"z")
         assert waker.drain()
-        # moved away (Kafka's -delete rename): the watch is dropped, not kept elsewhere
+        # moved away (Kafka's -delete rename): dropped, not followed elsewhere
         folder.rename(tmp_path / "t-0.deleted")
         assert waker.drain()
-        assert first not in watched_inodes(waker.fd)  # type: ignore[arg-type]
-        assert watched_inodes(waker.fd) == set()  # type: ignore[arg-type]
-        arm_ready(waker, ["t-0"])
-        assert watched_inodes(waker.fd) == {tmp_path.stat().st_ino}  # type: ignore[arg-type]
-        assert not waker.timed
+        assert watched_inodes(fd) == {root} and not waker.timed
 
 
 @linux
@@ -354,3 +386,66 @@ def test_a_fork_child_refuses_and_leaves_the_parents_wake_ups(log_dir: pathlib.P
         records = blocked_poll(consumer, writer, "after-fork")
         assert [r.value for r in records] == [b"after-fork"]
         assert waker.wakes >= 1 and not waker.timed
+
+
+# ---------------------------------------------------------------------- the event queue
+
+_NAMES = ["t-0", "t-1", "u-0", "embedlog.json", ""]
+_MASKS = [_wake.IN_MODIFY, _wake.IN_CREATE, _wake.IN_DELETE, _wake.IN_MOVED_TO,
+          _wake.IN_CLOSE_WRITE, _wake.IN_DELETE_SELF, _wake.IN_MOVE_SELF, _wake.IN_IGNORED,
+          _wake.IN_Q_OVERFLOW]
+_event = st.tuples(st.sampled_from([-1, 1, 2, 3, 9]), st.sampled_from(_MASKS),
+                   st.sampled_from(_NAMES))
+
+
+def encode(events: list[tuple[int, int, str]]) -> bytes:
+    """``struct inotify_event`` records as the kernel packs them (names NUL-padded to 16)."""
+    out = b""
+    for wd, mask, name in events:
+        raw = name.encode()
+        padded = raw + b"\0" * (-len(raw) % 16 or (16 if raw else 0))
+        out += _wake._EVENT.pack(wd, mask, 0, len(padded)) + padded
+    return out
+
+
+def reading(*names: str) -> WakeSource:
+    """A source (no descriptor) whose log folder is wd 1 and ``names`` wd 2, 3..."""
+    waker = WakeSource("/nonexistent/log")
+    waker._names = {"": 1} | {name: wd for wd, name in enumerate(names, 2)}
+    waker._wds = {wd: name for name, wd in waker._names.items()}
+    waker._wanted = frozenset(names)
+    return waker
+
+
+@given(st.lists(_event, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_events_count_only_changes_of_folders_being_read(
+        events: list[tuple[int, int, str]]) -> None:
+    """wd 1 is the log folder, 2 and 3 partition folders being read (t-0, t-1), 9 unknown."""
+    waker = reading("t-0", "t-1")
+    expected, known, timed = False, {1, 2, 3}, False
+    for wd, mask, name in events:  # the model
+        if mask & _wake.IN_Q_OVERFLOW:
+            expected = True
+        elif wd not in known:
+            continue
+        elif mask & (_wake.IN_DELETE_SELF | _wake.IN_MOVE_SELF | _wake.IN_IGNORED):
+            known.discard(wd)
+            expected = True
+            if wd == 1:
+                timed = True
+                break
+        elif wd != 1 or name in ("t-0", "t-1"):
+            expected = True
+    got = waker._events(encode(events))
+    assert got == expected and waker.timed == timed
+    if not timed:
+        assert set(waker._wds) == known and set(waker._names.values()) == known
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_any_bytes_in_the_queue_are_read_without_error(data: bytes) -> None:
+    waker = reading("t-0")
+    assert waker._events(data) in (True, False)
+    assert set(waker._wds) <= {1, 2}

@@ -4,18 +4,23 @@ process is told when it appends. :class:`WakeSource` tells them.
 **inotify** (Linux, through ``ctypes``): one instance per source (``inotify_init1`` with
 ``IN_NONBLOCK | IN_CLOEXEC``), a watch per partition folder being read (``IN_MODIFY``,
 ``IN_CLOSE_WRITE``, ``IN_CREATE``, ``IN_MOVED_TO`` for what the writer does inside it;
-``IN_DELETE_SELF``, ``IN_MOVE_SELF`` for the folder going away; ``IN_ONLYDIR |
-IN_DONT_FOLLOW``: a symbolic link or a file where the folder belongs is never watched through).
-While one of the folders is missing (not created yet, or deleted and not yet created again) the
-log folder itself is watched for ``IN_CREATE | IN_MOVED_TO``, and only an entry of a missing
-folder's name counts. Watches are only ever added on the log folder and on
-``<log folder>/<name>`` for names that passed :func:`embedlog._paths.join`; a watch whose folder
-was deleted or moved is dropped (the kernel's ``IN_IGNORED``, or ``inotify_rm_watch`` after
-``IN_MOVE_SELF``) and the folder watched again by name. The event queue only says *something
-changed*: a waiter re-reads the partitions (``Partition.refresh``) and the events are read and
-dropped (:meth:`WakeSource.drain`) before each re-read, so a change after it leaves the
-descriptor readable and the next wait returns at once. A watch added now cannot report what
-changed before it: :meth:`WakeSource.arm` says so (``RECHECK``) and the caller looks once more.
+``IN_DELETE_SELF``, ``IN_MOVE_SELF`` for the folder itself; ``IN_ONLYDIR | IN_DONT_FOLLOW``: a
+symbolic link or a file where the folder belongs is never watched through), and one on the log
+folder for entries created, moved or deleted there -- of which only those named like a folder
+being read count (a partition folder created late, deleted, replaced; a deleted folder's own
+``IN_DELETE_SELF`` comes only once nobody holds a file in it, and this process may). Watches
+are only ever added on the log folder and on ``<log folder>/<name>`` for names that passed
+:func:`embedlog._paths.join`. Each :meth:`WakeSource.arm` watches every folder again by name:
+the kernel hands back the same watch for the same folder, a new one for a folder that replaced
+it (the old one is then removed), ``ENOENT`` for a missing one (left to the log folder's
+watch); a folder moved away is unwatched (``IN_MOVE_SELF``).
+
+The event queue only says *something changed*: the caller re-reads the partitions
+(``Partition.refresh``) after dropping the queued events (:meth:`WakeSource.drain`), so a
+change after the drop leaves the descriptor readable and the next wait returns at once; a wait
+reads the events that arrive and returns on the first that counts. A watch added now cannot
+report what changed before it: :meth:`WakeSource.arm` says so (``RECHECK``) and the caller
+looks once more.
 
 **Timed checks** (the fallback, ``TIMED``): the waiter wakes every :data:`POLL_S` to re-read,
 as before. Used when inotify cannot see the writer or cannot be had: not Linux, no
@@ -45,6 +50,7 @@ import select
 import struct
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -57,8 +63,10 @@ POLL_S: Final = 0.010
 
 IN_MODIFY: Final = 0x2
 IN_CLOSE_WRITE: Final = 0x8
+IN_MOVED_FROM: Final = 0x40
 IN_MOVED_TO: Final = 0x80
 IN_CREATE: Final = 0x100
+IN_DELETE: Final = 0x200
 IN_DELETE_SELF: Final = 0x400
 IN_MOVE_SELF: Final = 0x800
 IN_Q_OVERFLOW: Final = 0x4000
@@ -68,7 +76,8 @@ IN_DONT_FOLLOW: Final = 0x02000000
 _GONE: Final = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
 FOLDER_MASK: Final = (IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF
                       | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
-ROOT_MASK: Final = IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+ROOT_MASK: Final = (IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF
+                    | IN_MOVE_SELF | IN_ONLYDIR)
 _EVENT: Final = struct.Struct("iIII")
 """``struct inotify_event`` without its name: wd, mask, cookie, len (the padded name's)."""
 _READ_BYTES: Final = 64 * 1024
@@ -140,7 +149,7 @@ class WakeSource(_fork.ForkGuard):
         self._stop = threading.Event()
         self._names: dict[str, int] = {}  # folder name (_ROOT: the log folder) -> wd
         self._wds: dict[int, str] = {}
-        self._missing: frozenset[str] = frozenset()
+        self._wanted: frozenset[str] = frozenset()
         self.wakes = 0
         """Events that ended a wait (read by tests and benchmarks)."""
         self.why_timed: str | None = None
@@ -160,25 +169,21 @@ class WakeSource(_fork.ForkGuard):
     # ------------------------------------------------------------------ watches
 
     def arm(self, names: Iterable[str]) -> Armed:
-        """Watch the folders ``<root>/<name>`` (and the root while one is missing); drop the
-        watches of folders no longer named."""
+        """Watch the log folder and the folders ``<root>/<name>`` (again: see the module
+        notes); drop the watches of folders no longer named."""
         self._check_not_inherited()
         wanted = frozenset(names)
         with self._lock:
             if self._closed or self._timed or (self._fd is None and not self._open()):
                 return Armed.TIMED
-            added = False
+            self._wanted = wanted
             for name in self._names.keys() - wanted - {_ROOT}:
                 self._unwatch(name)
-            for name in wanted - self._names.keys():
-                added |= self._watch(name, _paths.join(self.path, name), FOLDER_MASK)
+            added = _ROOT not in self._names and self._watch(_ROOT, self.path, ROOT_MASK)
+            for name in sorted(wanted):
                 if self._timed:
-                    return Armed.TIMED
-            self._missing = wanted - self._names.keys()
-            if self._missing and _ROOT not in self._names:
-                added |= self._watch(_ROOT, self.path, ROOT_MASK)
-            elif not self._missing and _ROOT in self._names:
-                self._unwatch(_ROOT)
+                    break
+                added |= self._watch(name, _paths.join(self.path, name), FOLDER_MASK)
             if self._timed:
                 return Armed.TIMED
             return Armed.RECHECK if added else Armed.READY
@@ -200,17 +205,21 @@ class WakeSource(_fork.ForkGuard):
         return True
 
     def _watch(self, name: str, path: str, mask: int) -> bool:
-        """Add one watch; ``True`` if added. A missing folder is left to the root's watch;
-        anything else the kernel refuses turns the source timed."""
+        """(Re)watch one folder; ``True`` if the watch is new. A missing partition folder is
+        left to the log folder's watch; anything else the kernel refuses turns the source
+        timed."""
         assert self._fd is not None and self._libc is not None
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
+        wd: int = self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
+        err = ctypes.get_errno() if wd < 0 else 0
+        old = self._names.get(name)
+        if old is not None and old != wd:
+            self._unwatch(name)  # gone or replaced
         if wd < 0:
-            err = ctypes.get_errno()
             if err != errno.ENOENT or name == _ROOT:
                 self._fall_back(f"inotify_add_watch {path}: {os.strerror(err)}")
             return False
         self._names[name], self._wds[wd] = wd, name
-        return True
+        return old != wd
 
     def _unwatch(self, name: str) -> None:
         wd = self._names.pop(name)
@@ -260,15 +269,16 @@ class WakeSource(_fork.ForkGuard):
                     self._fall_back("the log folder was moved or deleted")
                     return True
                 changed = True
-            elif which != _ROOT or os.fsdecode(name) in self._missing:
+            elif which != _ROOT or os.fsdecode(name) in self._wanted:
                 changed = True
         return changed
 
     # ------------------------------------------------------------------ waiting
 
     def wait(self, timeout: float) -> None:
-        """Block until the descriptor is readable or the source is closed, at most
+        """Block until an event that counts arrives or the source is closed, at most
         ``timeout`` seconds (timed: at most :data:`POLL_S`). The caller armed it first."""
+        deadline = time.monotonic() + max(0.0, timeout)
         with self._waiting() as fds:
             if fds is None:
                 self._stop.wait(min(timeout, POLL_S))
@@ -276,8 +286,10 @@ class WakeSource(_fork.ForkGuard):
                 poller = select.poll()  # not select(): descriptors above 1023 are fine
                 for fd in fds:
                     poller.register(fd, select.POLLIN)
-                if any(fd == fds[0] for fd, _ in poller.poll(max(0.0, timeout) * 1000)):
-                    self.wakes += 1
+                while (left := deadline - time.monotonic()) > 0:
+                    ready = {fd for fd, _ in poller.poll(left * 1000)}
+                    if not ready or fds[1] in ready or self._counted():
+                        break  # timed out, closed, or a change that counts
 
     async def wait_async(self, timeout: float) -> None:
         """:meth:`wait` on the running event loop (``add_reader``: no thread, no timer);
@@ -286,11 +298,11 @@ class WakeSource(_fork.ForkGuard):
         with self._waiting() as fds:
             if not fds:
                 return
-            ready: asyncio.Future[int] = loop.create_future()
+            ready: asyncio.Future[None] = loop.create_future()
 
             def readable(fd: int) -> None:
-                if not ready.done():
-                    ready.set_result(fd)
+                if not ready.done() and (fd == fds[1] or self._counted()):
+                    ready.set_result(None)
 
             for fd in fds:
                 loop.add_reader(fd, readable, fd)
@@ -299,8 +311,13 @@ class WakeSource(_fork.ForkGuard):
             finally:
                 for fd in fds:
                     loop.remove_reader(fd)
-            if ready.done() and ready.result() == fds[0]:
-                self.wakes += 1
+
+    def _counted(self) -> bool:
+        """Inside a wait: drain; whether an event that counts was among them."""
+        if self.drain():
+            self.wakes += 1
+            return True
+        return False
 
     @contextlib.contextmanager
     def _waiting(self) -> Iterator[tuple[int, ...] | None]:
