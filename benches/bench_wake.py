@@ -7,6 +7,7 @@ A writer process appends one record every ``gap`` ms (+-40 % jitter), each carry
 ``time.monotonic()`` of just before its ``append`` call (``CLOCK_MONOTONIC`` is one clock for
 all processes of the machine). The reader, in this process, takes it and records how late:
 
+  L0  the 1 ms ticker alone: the loop lag of the machine's noise (max / p99 ms)
   W1  Consumer.poll(timeout=5) loop                    wake-up latency p50 / p99 (ms)
   W2  AsyncConsumer.getone() loop                      wake-up latency p50 / p99 (ms), and the
                                                        lag of a 1 ms ticker on the same loop
@@ -132,6 +133,12 @@ async def async_idle(path: str, topic: str) -> tuple[float, float, float]:
     return (cpu, *lag.summary())
 
 
+async def idle_lag() -> tuple[float, float]:
+    async with Lag() as lag:
+        await asyncio.sleep(2)
+    return lag.summary()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200)
@@ -154,6 +161,9 @@ def main() -> None:
                     log.create_topic(f"{t}{rep}")
         for rep in range(args.repeat):
             print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
+            mx, p99 = asyncio.run(idle_lag())
+            rec("L0 idle loop lag max ms", mx)
+            rec("L0 idle loop lag p99 ms", p99)
             lat = sync_wakeups(path, f"sync{rep}", n, gap)
             rec("W1 sync poll latency p50 ms", pct(lat, 0.5))
             rec("W1 sync poll latency p99 ms", pct(lat, 0.99))

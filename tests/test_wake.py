@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import ctypes
 import errno
+import gc
 import os
 import pathlib
 import shutil
@@ -221,6 +222,22 @@ def test_exhausted_inotify_limits_fall_back(log_dir: pathlib.Path, writer: Write
         waker = consumer._fetcher.waker
         assert waker is not None and waker.timed and waker.fd is None
         assert os.strerror(err) in (waker.why_timed or "")
+
+
+@linux
+def test_a_consumer_dropped_without_close_leaves_no_inotify_descriptor(
+        log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+    with embedlog.open(log_dir, read_only=True) as ro:
+        consumer = ro.consumer("t")
+        assert consumer.poll(timeout=0.05) == []  # waited: the source is armed
+        fd = consumer._fetcher.waker.fd  # type: ignore[union-attr]
+        assert fd is not None and os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        del consumer
+        gc.collect()
+        assert not os.path.exists(f"/proc/self/fd/{fd}") or os.readlink(
+            f"/proc/self/fd/{fd}") != "anon_inode:inotify"
 
 
 @linux

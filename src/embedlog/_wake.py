@@ -357,6 +357,10 @@ class WakeSource(_fork.ForkGuard):
     def closed(self) -> bool:
         return self._closed
 
+    def __del__(self) -> None:  # a consumer dropped without close(): no descriptor leaks
+        with contextlib.suppress(Exception):
+            self.close()
+
     def _release(self) -> None:
         """Close the descriptors (closed or timed for good) -- or, while a wait uses them,
         ring the bell: the last waiter closes them on its way out (a descriptor number is
