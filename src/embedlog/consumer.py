@@ -467,8 +467,7 @@ class Consumer:
             return
         self._closing = True
         self._wake.set()
-        if self._fetcher.waker is not None:
-            self._fetcher.waker.close()  # ends a wait in another thread first
+        self._fetcher.close()  # ends a wait on the wake source in another thread first
         try:
             if autocommit and self.enable_auto_commit and self._store is not None:
                 self._commit_positions(list(self._fetches))

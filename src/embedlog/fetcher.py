@@ -220,6 +220,11 @@ class Fetcher:
         self.waker = WakeSource(log.path) if log.read_only else None
         """Wake-ups on changes by the writer, another process (a read-only open)."""
 
+    def close(self) -> None:
+        """Close the wake source (a wait in another thread ends first). Idempotent."""
+        if self.waker is not None:
+            self.waker.close()
+
     def arm(self, fetches: Iterable[Fetch]) -> Armed | None:
         """Watch the folders of ``fetches`` (``None`` on the writer: no wake source)."""
         return None if self.waker is None else self.waker.arm(folder_names(fetches))
