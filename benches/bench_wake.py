@@ -12,6 +12,7 @@ all processes of the machine). The reader, in this process, takes it and records
   W2  AsyncConsumer.getone() loop                      wake-up latency p50 / p99 (ms), and the
                                                        lag of a 1 ms ticker on the same loop
   I1  sync consumer blocked in poll(timeout=2), nothing arrives: CPU ms used per second
+  I3  as I1, reading a topic of 32 partitions
   I2  AsyncConsumer.getmany(timeout_ms=2000), nothing arrives: CPU ms per second; then
       once more with the ticker running: its lag (max / p99 ms)
 
@@ -159,6 +160,7 @@ def main() -> None:
             for rep in range(args.repeat):
                 for t in ("sync", "async", "idle"):
                     log.create_topic(f"{t}{rep}")
+                log.create_topic(f"wide{rep}", partitions=32)
         for rep in range(args.repeat):
             print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
             mx, p99 = asyncio.run(idle_lag())
@@ -173,6 +175,7 @@ def main() -> None:
             rec("W2 loop lag max ms", mx)
             rec("W2 loop lag p99 ms", p99)
             rec("I1 sync idle wait CPU ms/s", sync_idle(path, f"idle{rep}"))
+            rec("I3 sync idle x32 parts CPU ms/s", sync_idle(path, f"wide{rep}"))
             cpu, mx, p99 = asyncio.run(async_idle(path, f"idle{rep}"))
             rec("I2 async idle wait CPU ms/s", cpu)
             rec("I2 loop lag max ms", mx)
