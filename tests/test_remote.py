@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,12 @@ import pytest
 
 import embedlog
 from embedlog import CorruptionError, ReadOnlyError, TopicPartition, UsageError
+from s3_endpoint import BUCKET, moto_s3, s3fs, upload
 
 pafs = pytest.importorskip("pyarrow.fs", reason="reading a remote log needs pyarrow")
 
 KAFKA_FOLDER = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "kafka-real"
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": 4096, "index.interval.bytes": 256}
-BUCKET = "logs"
 
 
 # ------------------------------------------------------------------ the logs served
@@ -96,41 +95,16 @@ def _everything(log: embedlog.Log) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
-    server_mod = pytest.importorskip("moto.server", reason="the S3 tests need moto[server]")
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        endpoint = f"127.0.0.1:{port}"
-        fs = _s3fs(endpoint)
-        fs.create_dir(BUCKET)
+    with moto_s3() as endpoint:
         yield {"endpoint": endpoint}
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _s3fs(endpoint: str) -> Any:
-    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
-                             access_key="testing", secret_key="testing",
-                             allow_bucket_creation=True)
+    return s3fs(endpoint)
 
 
 def _upload(s3: dict[str, str], local: Path, prefix: str) -> str:
-    pafs.copy_files(str(local), f"{BUCKET}/{prefix}", source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=_s3fs(s3["endpoint"]))
-    return (f"s3://{BUCKET}/{prefix}?endpoint_override={s3['endpoint']}&scheme=http"
-            "&region=us-east-1")
+    return upload(s3["endpoint"], local, prefix)
 
 
 def _put(s3: dict[str, str], key: str, data: bytes) -> None:

@@ -1,8 +1,9 @@
 """The application of ``test_spark_standalone.py``: run as its own process (one JVM per
-process), it connects to a standalone master, reads a log with ``format("embedlog")`` as a batch
-query and as an availableNow stream, and prints what it read as one JSON line.
+process), it connects to a standalone master, reads each log (a path or a URI) with
+``format("embedlog")`` as a batch query and as an availableNow stream, and prints what it read
+as one JSON line. The ``AWS_*`` variables of its environment go to the executors.
 
-    python standalone_app.py <master URL> <log path> <scratch folder>
+    python standalone_app.py <master URL> <scratch folder> <log> [<log> ...]
 """
 
 from __future__ import annotations
@@ -19,37 +20,44 @@ def _rows(df: Any) -> list[list[Any]]:
                        "topic", "partition", "offset", "key", "value").toArrow().to_pylist())
 
 
-def main(master: str, path: str, scratch: str) -> None:
+def _read(spark: Any, path: str, scratch: str) -> dict[str, Any]:
+    df = (spark.read.format("embedlog").option("subscribePattern", ".*")
+          .option("startingOffsets", "earliest").load(path))
+    batch = _rows(df)
+    # Executor processes of the workers: their process ids, seen from inside the tasks.
+    pids = sorted(set(df.rdd.mapPartitions(lambda _: [os.getpid()]).collect()))
+    out = os.path.join(scratch, "stream-out")
+    query = (spark.readStream.format("embedlog").option("subscribePattern", ".*")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "500")
+             .load(path).writeStream.format("parquet")
+             .option("checkpointLocation", os.path.join(scratch, "checkpoint"))
+             .trigger(availableNow=True).start(out))
+    query.awaitTermination(300)
+    return {"batch": batch, "stream": _rows(spark.read.parquet(out)), "pids": pids}
+
+
+def main(master: str, scratch: str, *paths: str) -> None:
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName("embedlog-standalone")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.executor.memory", "512m")
-             .config("spark.executor.cores", "1")
-             .config("spark.cores.max", "2")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName("embedlog-standalone")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.executor.memory", "512m")
+               .config("spark.executor.cores", "1")
+               .config("spark.cores.max", "2")
+               .config("spark.sql.shuffle.partitions", "2"))
+    for key, value in os.environ.items():
+        if key.startswith("AWS_"):
+            builder = builder.config(f"spark.executorEnv.{key}", value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        df = (spark.read.format("embedlog").option("subscribePattern", ".*")
-              .option("startingOffsets", "earliest").load(path))
-        batch = _rows(df)
-        # Executor processes of the workers: their process ids, seen from inside the tasks.
-        pids = sorted(set(df.rdd.mapPartitions(lambda _: [os.getpid()]).collect()))
-        out = os.path.join(scratch, "stream-out")
-        query = (spark.readStream.format("embedlog").option("subscribePattern", ".*")
-                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "500")
-                 .load(path).writeStream.format("parquet")
-                 .option("checkpointLocation", os.path.join(scratch, "checkpoint"))
-                 .trigger(availableNow=True).start(out))
-        query.awaitTermination(300)
-        stream = _rows(spark.read.parquet(out))
-        print(json.dumps({"batch": batch, "stream": stream, "pids": pids,
-                          "driver_pid": os.getpid()}))
+        reads = {path: _read(spark, path, os.path.join(scratch, str(i)))
+                 for i, path in enumerate(paths)}
+        print(json.dumps({"reads": reads, "driver_pid": os.getpid()}))
     finally:
         spark.stop()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])

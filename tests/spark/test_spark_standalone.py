@@ -1,7 +1,7 @@
 """Spark on a cluster: a standalone master and two workers started from pyspark's own launcher
 (``bin/spark-class``) on this machine, separate executor processes reading a log with
-``format("embedlog")`` as a batch query and as a stream; every row equals embedlog's own
-reader's."""
+``format("embedlog")`` -- from a local path and from an S3 endpoint (moto's server on
+127.0.0.1) -- as a batch query and as a stream; every row equals embedlog's own reader's."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import embedlog
+from s3_endpoint import moto_s3, upload
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -95,17 +96,27 @@ def cluster(tmp_path: pathlib.Path) -> Iterator[dict[str, Any]]:
 
 
 def _expected(path: pathlib.Path) -> list[list[Any]]:
-    rows = []
     with embedlog.open(path, read_only=True) as log:
-        for topic in log.topics():
-            for partition in range(log.partition_count(topic)):
-                rows += [[topic, partition, r.offset, r.key.hex() if r.key else None,
-                          r.value.hex()] for r in log.read(topic, partition)]
+        return _expected_of(log)
+
+
+def _expected_of(log: embedlog.Log) -> list[list[Any]]:
+    rows = []
+    for topic in log.topics():
+        for partition in range(log.partition_count(topic)):
+            rows += [[topic, partition, r.offset, r.key.hex() if r.key else None,
+                      r.value.hex()] for r in log.read(topic, partition)]
     return sorted(rows)
 
 
+@pytest.fixture
+def s3_endpoint() -> Iterator[str]:
+    with moto_s3() as endpoint:
+        yield endpoint
+
+
 def test_a_standalone_cluster_reads_what_embedlog_reads(
-        cluster: dict[str, Any], tmp_path: pathlib.Path) -> None:
+        s3_endpoint: str, cluster: dict[str, Any], tmp_path: pathlib.Path) -> None:
     path = tmp_path / "log"
     with embedlog.open(path) as log:
         log.create_topic("events", partitions=3, config={"segment.bytes": 16 * 1024})
@@ -115,17 +126,23 @@ def test_a_standalone_cluster_reads_what_embedlog_reads(
                              keys=[b"u%d" % ((i + j) % 17) for j in range(100)])
         log.append_batch("profiles", [b"p%d" % i for i in range(50)],
                          keys=[b"k%d" % (i % 7) for i in range(50)])
+    uri = upload(s3_endpoint, path, "cluster/log")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     app = subprocess.run(
-        [sys.executable, str(APP), cluster["master"], str(path), str(scratch)],
-        env=cluster["env"], capture_output=True, text=True, timeout=600)
+        [sys.executable, str(APP), cluster["master"], str(scratch), str(path), uri],
+        env={**cluster["env"], **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}},
+        capture_output=True, text=True, timeout=600)
     assert app.returncode == 0, app.stderr[-4000:]
     got = json.loads(app.stdout.strip().splitlines()[-1])
     want = _expected(path)
     assert len(want) == 3050
-    assert got["batch"] == want
-    assert got["stream"] == want
-    # The tasks ran in executor processes of the workers, not in the application's process.
-    assert got["pids"] and got["driver_pid"] not in got["pids"]
+    with embedlog.open(uri, read_only=True) as remote:
+        assert _expected_of(remote) == want
+    for source in (str(path), uri):
+        read = got["reads"][source]
+        assert read["batch"] == want, source
+        assert read["stream"] == want, source
+        # The tasks ran in executor processes of the workers, not in the application's.
+        assert read["pids"] and got["driver_pid"] not in read["pids"]
     shutil.rmtree(scratch)

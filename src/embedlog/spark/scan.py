@@ -32,10 +32,13 @@ from ..arrow.isolation import committed_batches
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..log import open as open_log
+from ..opener import open as open_any
 from ..records import RecordBatch
+from ..remote import is_uri
 from ..transactions import CommittedFilter
 from .catalog import FolderView
 from .planning import OffsetRange
+from .remote_view import RemoteView, cache_root, open_view
 
 __all__ = ["ReadTask", "Slice", "make_tasks", "planning_log", "read_task", "reader_log",
            "reader_view"]
@@ -57,7 +60,7 @@ class ReadTask(InputPartition):  # type: ignore[misc]
 
 
 _LOGS: dict[tuple[str, int, int], Log] = {}
-_VIEWS: dict[tuple[str, int, int], FolderView] = {}
+_VIEWS: dict[tuple[str, int, int], FolderView | RemoteView] = {}
 _LOCK = threading.Lock()
 
 
@@ -88,23 +91,28 @@ def reader_log(path: str) -> Log:
     with _LOCK:
         log = _LOGS.get(key)
         if log is None or log.closed:
-            log = _LOGS[key] = open_log(path, read_only=True)
+            log = _LOGS[key] = open_any(path, read_only=True, cache_dir=(
+                cache_root() if is_uri(path) else None))
         return log
 
 
-def reader_view(path: str) -> FolderView:
-    """This worker's :class:`FolderView` of ``path`` (a new one if the folder was replaced),
-    refreshed: it sees the folder as it is now."""
+def reader_view(path: str) -> FolderView | RemoteView:
+    """This worker's view of ``path`` (a new one if the folder was replaced); a local folder's
+    is refreshed: it sees the folder as it is now (a remote one lists again only for a range
+    past what it listed: :meth:`RemoteView.reader`)."""
     key = _key(path)
     with _LOCK:
         view = _VIEWS.get(key)
         if view is None:
-            view = _VIEWS[key] = FolderView(path)
-        view.refresh()
+            view = _VIEWS[key] = open_view(path)
+        if isinstance(view, FolderView):
+            view.refresh()
         return view
 
 
 def _key(path: str) -> tuple[str, int, int]:
+    if is_uri(path):
+        return (path, 0, 0)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -121,7 +129,8 @@ def read_task(
         return
     view = reader_view(task.path)
     for topic, partition, start, end in task.ranges:
-        p = view.reader(topic, partition)
+        p = view.reader(topic, partition) if isinstance(view, FolderView) else \
+            view.reader(topic, partition, end)
         checked = _check(p.start_offset, p.end_offset, task, topic, partition, start, end)
         if checked is None:
             continue

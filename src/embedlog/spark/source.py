@@ -25,7 +25,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .catalog import FolderView
 from .options import (
     ReadOptions,
     check_read_options,
@@ -35,6 +34,7 @@ from .options import (
 )
 from .planning import RangeFilter, plan_batch
 from .pushdown import push_filters
+from .remote_view import open_view
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, kafka_schema, resolve_columns
 
@@ -101,7 +101,7 @@ class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[InputPartition]:
         if self._planned is None:
             opts = self.options
-            planned = plan_batch(FolderView(opts.path), opts, self._restrict())
+            planned = plan_batch(open_view(opts.path), opts, self._restrict())
             self._planned = make_tasks(opts.path, planned,
                                        fail_on_data_loss=opts.fail_on_data_loss,
                                        read_committed=opts.read_committed)

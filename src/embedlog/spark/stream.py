@@ -49,7 +49,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from .catalog import FolderView
 from .options import ReadOptions
 from .planning import (
     OffsetRange,
@@ -58,6 +57,7 @@ from .planning import (
     resolve_offsets,
     select_partitions,
 )
+from .remote_view import open_view
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, resolve_columns
 
@@ -133,7 +133,7 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self.columns = resolve_columns(schema)
         self._clock = clock
-        self._view = FolderView(options.path)
+        self._view = open_view(options.path)
         self._initial: dict[str, dict[str, int]] | None = None
         self._target: Offsets | None = None
         self._last_admitted = clock()
