@@ -42,6 +42,8 @@ from .config import TopicConfig
 from .errors import CorruptBatchError, CorruptIndexError, CorruptionError
 from .index import OffsetIndex, TimeIndex
 from .index.base import DEFAULT_MAX_BYTES
+from .index.txn_index import ENTRY_SIZE as TXN_ENTRY_SIZE
+from .index.txn_index import TxnIndexEntry, decode_entries
 from .manifest import read_manifest
 from .metadata import read_metadata
 from .naming import (
@@ -58,6 +60,7 @@ from .segment import format as fmt
 from .segment.header import max_batches
 from .segment.rules import Bounds
 from .segment.segment import Segment, SegmentSettings
+from .transactions import control_type
 
 __all__ = [
     "BatchHeader",
@@ -65,6 +68,7 @@ __all__ = [
     "WalkedBatch",
     "check_offset_index",
     "check_time_index",
+    "check_txn_index",
     "codec_name",
     "control_record_type",
     "dense_topics",
@@ -76,6 +80,7 @@ __all__ = [
     "segment_file",
     "segment_files",
     "time_index_entries",
+    "txn_index_entries",
     "writer_lock",
 ]
 
@@ -87,14 +92,14 @@ _CONTROL_TYPES = {fmt.CONTROL_ABORT: "ABORT", fmt.CONTROL_COMMIT: "COMMIT"}
 
 
 def segment_file(path: str) -> tuple[str, int, str]:
-    """``(directory, base offset, suffix)`` of a ``.log``/``.index``/``.timeindex`` path;
-    ValueError for anything else."""
+    """``(directory, base offset, suffix)`` of a ``.log``/``.index``/``.timeindex``/``.txnindex``
+    path; ValueError for anything else."""
     parsed = parse_segment_file(os.path.basename(path))
     if parsed is None or parsed[2] or parsed[1] not in (LOG_SUFFIX, INDEX_SUFFIX,
-                                                           TIMEINDEX_SUFFIX):
+                                                           TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
         raise ValueError(
-            f"{path} is not a segment file (expected <20-digit base offset>.log, .index or "
-            ".timeindex)"
+            f"{path} is not a segment file (expected <20-digit base offset>.log, .index, "
+            ".timeindex or .txnindex)"
         )
     return os.path.dirname(os.path.abspath(path)), parsed[0], parsed[1]
 
@@ -189,8 +194,11 @@ class SegmentWalk:
         self.records = 0
         self.first_offset: int | None = None
         self.positions = array("q")
+        self.base_offsets = array("q")
         self.last_offsets = array("q")
         self.running_max_ts = array("q")
+        self.aborts: dict[int, int] = {}
+        """Offset -> producer id of each ABORT marker (with a valid CRC) of the segment."""
         parsed = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         self._tp = TopicPartition(*parsed) if parsed else TopicPartition("", -1)
 
@@ -213,6 +221,7 @@ class SegmentWalk:
                         self.first_offset = header.base_offset
                     max_ts = max(max_ts, header.max_timestamp)
                     self.positions.append(position)
+                    self.base_offsets.append(header.base_offset)
                     self.last_offsets.append(header.last_offset)
                     self.running_max_ts.append(max_ts)
                     position += header.size
@@ -241,8 +250,17 @@ class SegmentWalk:
                 error = exc.reason
         if error:
             self.bad_batches += 1
+        elif header.is_control and header.producer_id >= 0 and header.records_count:
+            with contextlib.suppress(CorruptBatchError):
+                if control_type(buf[p : p + header.size], header) == fmt.CONTROL_ABORT:
+                    self.aborts[header.base_offset] = header.producer_id
         self.records += header.records_count
         return WalkedBatch(position, header, crc_valid, records, error)
+
+    def holds(self, offset: int) -> bool:
+        """Whether a batch of the segment spans ``offset`` (not a gap compaction left)."""
+        i = self.batch_index(offset)
+        return i is not None and self.base_offsets[i] <= offset
 
     def batch_index(self, offset: int) -> int | None:
         """Index (into the columns) of the batch holding ``offset``, if any."""
@@ -264,6 +282,46 @@ def time_index_entries(path: str, base_offset: int) -> list[tuple[int, int]]:
     rows = _index_rows(TimeIndex, path, base_offset)
     return [(ts, base_offset + rel)
             for ts, rel in zip(rows["ts"].tolist(), rows["rel"].tolist(), strict=True)]
+
+
+def txn_index_entries(path: str, base_offset: int) -> list[TxnIndexEntry]:
+    """The entries of the ``.txnindex`` at ``path`` (:class:`CorruptIndexError` as the codec
+    raises it): at most one per 61-byte batch of the ``.log`` beside it, none without one."""
+    log_size = _io.regular_size(segment_path(os.path.dirname(os.path.abspath(path)),
+                                             base_offset, LOG_SUFFIX)) or 0
+    limit = max_batches(log_size) * TXN_ENTRY_SIZE
+    data = _io.read_regular(path, limit + 1)
+    if data is None:
+        raise FileNotFoundError(2, "No such file or directory", path)
+    if len(data) > limit:
+        raise CorruptIndexError(f"transaction index larger than the {limit} bytes its log "
+                                "justifies", path=path, position=limit)
+    return decode_entries(data, path=path, base_offset=base_offset)
+
+
+def check_txn_index(path: str, walk: SegmentWalk) -> list[str]:
+    """Problems of the ``.txnindex`` at ``path`` against a completed walk of its log: an entry
+    whose offset holds a marker of another producer, or something else than an ABORT marker,
+    and an ABORT marker without an entry (a ``read_committed`` reader trusting the file would
+    return that transaction's records). An entry whose marker compaction removed is kept, as
+    Kafka keeps it."""
+    try:
+        entries = txn_index_entries(path, walk.base_offset)
+    except (CorruptionError, OSError) as exc:
+        return [str(exc)]
+    problems = []
+    for i, e in enumerate(entries):
+        pid = walk.aborts.get(e.last_offset)
+        if pid is not None and pid != e.producer_id:
+            problems.append(f"entry {i} names producer {e.producer_id}, but the ABORT marker "
+                            f"at offset {e.last_offset} is producer {pid}'s")
+        elif pid is None and walk.holds(e.last_offset):
+            problems.append(f"entry {i} names offset {e.last_offset}, which is not an ABORT "
+                            "marker")
+    indexed = {e.last_offset for e in entries}
+    problems += [f"the ABORT marker of producer {pid} at offset {offset} has no entry"
+                 for offset, pid in sorted(walk.aborts.items()) if offset not in indexed]
+    return problems
 
 
 def _index_rows(cls: type[OffsetIndex | TimeIndex], path: str, base_offset: int

@@ -1,12 +1,13 @@
 """``embedlog dump-log FILE...``: print segment files as Kafka's ``kafka-dump-log`` does.
 
-FILE may be a ``.log``, ``.index`` or ``.timeindex`` file, a partition folder, or a whole log
-directory (embedlog's or a Kafka broker's): folders expand to their ``.log`` files in offset
-order. Batch lines use ``kafka-dump-log``'s field names; ``--deep-iteration`` adds a line per
-record and ``--print-data-log`` its key and payload. ``--verify-index`` checks every entry of
-the segment's indexes against the log. The exit code is 3 when anything was invalid (a CRC, a
-record, an incomplete tail, an index entry), 5 when a segment is in Kafka's unsupported v0/v1
-format.
+FILE may be a ``.log``, ``.index``, ``.timeindex`` or ``.txnindex`` file, a partition folder, or
+a whole log directory (embedlog's or a Kafka broker's): folders expand to their ``.log`` files
+in offset order. Batch lines use ``kafka-dump-log``'s field names, a ``.txnindex`` entry line
+its ``version: producerId: firstOffset: lastOffset: lastStableOffset:``; ``--deep-iteration``
+adds a line per record and ``--print-data-log`` its key and payload. ``--verify-index`` checks
+every entry of the segment's indexes (the ``.txnindex`` too, against the log's ABORT markers).
+The exit code is 3 when anything was invalid (a CRC, a record, an incomplete tail, an index
+entry), 5 when a segment is in Kafka's unsupported v0/v1 format.
 """
 
 from __future__ import annotations
@@ -18,20 +19,22 @@ from typing import Any
 
 import click
 
-from ..errors import UnsupportedFormatError
+from ..errors import CorruptionError, UnsupportedFormatError
 from ..inspect import (
     SegmentWalk,
     WalkedBatch,
     check_offset_index,
     check_time_index,
+    check_txn_index,
     codec_name,
     control_record_type,
     offset_index_entries,
     segment_file,
     segment_files,
     time_index_entries,
+    txn_index_entries,
 )
-from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 from .app import EXIT_CORRUPT, EXIT_UNSUPPORTED, CommandError
 from .jsonbytes import to_json
 from .options import json_option
@@ -175,7 +178,8 @@ class _Dump:
     def _index_problems(self, walk: SegmentWalk) -> list[str]:
         problems: list[str] = []
         for suffix, check in ((INDEX_SUFFIX, check_offset_index),
-                              (TIMEINDEX_SUFFIX, check_time_index)):
+                              (TIMEINDEX_SUFFIX, check_time_index),
+                              (TXNINDEX_SUFFIX, check_txn_index)):
             path = walk.path[: -len(LOG_SUFFIX)] + suffix
             if os.path.lexists(path):  # a link or a FIFO there is reported, not followed
                 problems += [f"{os.path.basename(path)}: {p}" for p in check(path, walk)]
@@ -192,6 +196,8 @@ class _Dump:
     def index_file(self, directory: str, base: int, suffix: str, path: str) -> None:
         self.out(f"Dumping {path}")
         entries: list[dict[str, int]] = []
+        if suffix == TXNINDEX_SUFFIX:
+            return self._txn_index(directory, base, path)
         if suffix == INDEX_SUFFIX:
             for offset, pos in offset_index_entries(path, base):
                 entries.append({"offset": offset, "position": pos})
@@ -211,6 +217,28 @@ class _Dump:
         self.docs.append(result)
 
 
+    def _txn_index(self, directory: str, base: int, path: str) -> None:
+        result: dict[str, Any] = {"path": path, "type": "txnindex", "baseOffset": base,
+                                  "entries": []}
+        try:
+            entries = txn_index_entries(path, base)
+        except CorruptionError as exc:
+            self.problems += 1
+            self.out(f"Error: {exc}")
+            result["error"] = str(exc)
+            entries = []
+        for e in entries:
+            result["entries"].append(e._asdict())
+            self.out(f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
+                     f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}")
+        if self.verify_index and "error" not in result:
+            walk = SegmentWalk(directory, base, decode=False)
+            for _ in walk:
+                pass
+            result["indexProblems"] = self._report_index(check_txn_index(path, walk))
+        self.docs.append(result)
+
+
 @click.command("dump-log")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--deep-iteration", is_flag=True, help="Also print one line per record.")
@@ -221,8 +249,8 @@ class _Dump:
 @json_option
 def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
              verify_index: bool, as_json: bool) -> None:
-    """Print the batches (and records) of segment FILES: .log/.index/.timeindex files,
-    partition folders or log directories, embedlog's or Kafka's."""
+    """Print the batches (and records) of segment FILES: .log/.index/.timeindex/.txnindex
+    files, partition folders or log directories, embedlog's or Kafka's."""
     dump = _Dump(as_json, deep_iteration or print_data_log, print_data_log, verify_index)
     for arg in files:
         for path in segment_files(arg):

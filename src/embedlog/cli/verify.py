@@ -35,6 +35,7 @@ from ..inspect import (
     SegmentWalk,
     check_offset_index,
     check_time_index,
+    check_txn_index,
     dense_topics,
     read_checkpoint,
     read_segment_manifest,
@@ -58,6 +59,7 @@ from ..naming import (
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     TMP_SUFFIX,
+    TXNINDEX_SUFFIX,
     parse_partition_dir,
     partition_dir_name,
     segment_path,
@@ -309,10 +311,12 @@ class _Checker:
         broken = []
         stem = walk.path[: -len(LOG_SUFFIX)]
         for suffix, check in ((INDEX_SUFFIX, check_offset_index),
-                              (TIMEINDEX_SUFFIX, check_time_index)):
+                              (TIMEINDEX_SUFFIX, check_time_index),
+                              (TXNINDEX_SUFFIX, _txn_check)):
             path = stem + suffix
             if not os.path.lexists(path):
-                if walk.valid_bytes > part.config.index_interval_bytes:
+                if suffix != TXNINDEX_SUFFIX and \
+                        walk.valid_bytes > part.config.index_interval_bytes:
                     self.report.add(path, "warning", "index is missing (readers scan the log)",
                                     fixable=not damaged_log)
                     broken.append(self.report.problems[-1])
@@ -324,6 +328,11 @@ class _Checker:
             rebuild_indexes(part.directory, walk.base_offset, part.config)
             for problem in broken:
                 problem.fixed = True
+
+
+def _txn_check(path: str, walk: SegmentWalk, *, max_bytes: int) -> list[str]:
+    """:func:`check_txn_index` (a missing ``.txnindex`` is fine: readers scan the markers)."""
+    return check_txn_index(path, walk)
 
 
 def verify_path(root: str, *, fix: bool = False) -> Report:
