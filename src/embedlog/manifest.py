@@ -17,24 +17,66 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import stat
 from typing import Final
 
 from . import _io, checkpoint
-from .errors import CorruptionError
+from .errors import CorruptCheckpointError, CorruptionError
 from .naming import LOG_SUFFIX, SEGMENT_MANIFEST, segment_path
 
 __all__ = ["MANIFEST", "check_sealed", "manifest_stamp", "read_manifest", "write_manifest"]
 
 MANIFEST: Final = SEGMENT_MANIFEST
+_MAX_LINE: Final = 40
+"""The longest entry line :func:`write_manifest` writes: two 19-digit numbers, a space and a
+newline (the version line is shorter)."""
+_CANONICAL: Final = re.compile(rb"embedlog-segments 1\n(?:[0-9]{1,19} [0-9]{1,19}\n)*\Z")
+"""The bytes :func:`write_manifest` writes; only these take the quick parse of
+:func:`read_manifest` (anything else goes through the format's full parser)."""
+_LIMIT: Final = 1 << 63
 
 
-def read_manifest(directory: str) -> dict[int, int]:
+def read_manifest(directory: str, *, max_entries: int | None = None) -> dict[int, int]:
     """``{base offset: size}`` of sealed segments, from ``embedlog.segments`` (``{}`` if the
-    file does not exist). A malformed file raises
-    :class:`~embedlog.errors.CorruptCheckpointError` (the format: :mod:`embedlog.checkpoint`)."""
-    rows = checkpoint.SEGMENT_MANIFEST.read(os.path.join(directory, MANIFEST))
-    return {int(base): int(size) for base, size in rows or ()}
+    file does not exist). A malformed file, or (with ``max_entries``) one with more entries than
+    that, raises :class:`~embedlog.errors.CorruptCheckpointError` (the format:
+    :mod:`embedlog.checkpoint`), having read no more bytes than ``max_entries`` justify.
+
+    The bytes :func:`write_manifest` writes are parsed at once (one pattern match, then the
+    numbers); anything else goes through the format's full parser, which gives the same
+    entries for them."""
+    path = os.path.join(directory, MANIFEST)
+    spec = checkpoint.SEGMENT_MANIFEST
+    limit = spec.max_bytes
+    if max_entries is not None:
+        limit = min(limit, _MAX_LINE * (max_entries + 1))
+    try:  # a regular file only, as the format's own read
+        raw = _io.read_regular(path, limit + 1, error=CorruptCheckpointError)
+    except OSError as exc:
+        raise CorruptCheckpointError(f"cannot read segment manifest: {exc}", path=path) from exc
+    if raw is None:
+        return {}
+    sealed = _quick_parse(raw) if len(raw) <= limit else None
+    if sealed is None:
+        rows = spec.read(path, max_entries=max_entries)
+        sealed = {int(base): int(size) for base, size in rows or ()}
+    if max_entries is not None and len(sealed) > max_entries:
+        raise CorruptCheckpointError(
+            f"malformed segment manifest: {len(sealed)} entries, more than the "
+            f"{max_entries} segments there are", path=path)
+    return sealed
+
+
+def _quick_parse(raw: bytes) -> dict[int, int] | None:
+    """The entries of a manifest in exactly the layout :func:`write_manifest` writes, or None
+    for any other bytes (left to the full parser)."""
+    if _CANONICAL.match(raw) is None:
+        return None
+    values = [int(v) for v in raw.split()[2:]]
+    if values and max(values) >= _LIMIT:
+        return None  # the full parser names the value beyond 64 bits
+    return dict(zip(values[::2], values[1::2], strict=True))
 
 
 def write_manifest(directory: str, sealed: dict[int, int]) -> None:

@@ -13,7 +13,7 @@ pytest.importorskip("pyarrow")
 
 import embedlog
 from embedlog.errors import CorruptionError
-from embedlog.spark import catalog
+from embedlog.spark import catalog, layout
 from embedlog.spark.catalog import SMALL_TAIL_BYTES, FolderView
 
 
@@ -94,13 +94,13 @@ def test_a_damaged_tail_raises_as_the_log_does(path: str) -> None:
 def test_the_tail_is_read_again_only_when_it_changed(
         path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[int] = []
-    walk = catalog._end_offset
+    walk = layout.end_offset
 
     def counting(buf: bytes, base: int, max_batch: int) -> int:
         reads.append(base)
         return walk(buf, base, max_batch)
 
-    monkeypatch.setattr(catalog, "_end_offset", counting)
+    monkeypatch.setattr(layout, "end_offset", counting)
     view = FolderView(path)
     assert view.end_offset("t", 0) == 10 and len(reads) == 1
     view.refresh()
@@ -115,12 +115,13 @@ def test_the_tail_is_read_again_only_when_it_changed(
 def test_a_segment_gone_after_the_listing_falls_back_to_the_partition(
         path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = log_bounds(path)
-    listing = catalog._segment_files
+    listing = layout.log_names
 
-    def stale(directory: str) -> list[tuple[int, str]] | None:
-        files = listing(directory)
+    def stale(directory: str) -> list[str] | None:
+        names = listing(directory)
         # a segment retention deleted between the listing and the stat
-        return None if files is None else [(0, "0" * 19 + "1.log"), *files[1:]]
+        return None if names is None else ["0" * 19 + "1.log", *names[1:]]
 
-    monkeypatch.setattr(catalog, "_segment_files", stale)
+    monkeypatch.setattr(layout, "manifest_chain", lambda directory, max_batch: None)
+    monkeypatch.setattr(layout, "log_names", stale)
     assert view_bounds(FolderView(path)) == expected

@@ -34,22 +34,20 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import _io, checkpoint, metadata
+from .. import checkpoint, metadata
 from ..config import TopicConfig
 from ..errors import CorruptionError, UnknownTopicError, UsageError
-from ..naming import LOG_SUFFIX, SWAP_SUFFIX, parse_segment_file, partition_dir_name
+from ..naming import partition_dir_name
 from ..partition import Partition, SegmentInfo
 from ..records import TopicPartition
-from ..segment import format as fmt
-from ..segment.rules import check_order
 from ..segment.segment import Segment, SegmentSettings
+from . import layout
+from .layout import SMALL_TAIL_BYTES
 
 __all__ = ["OPEN_PARTITIONS", "SMALL_TAIL_BYTES", "FolderView", "PartitionBounds"]
 
 OPEN_PARTITIONS = 64
 """Partitions an executor keeps open between tasks (each holds one descriptor per segment)."""
-SMALL_TAIL_BYTES = 64 * 1024
-"""A last segment up to this size is read whole to find its end offset (one read, no index)."""
 
 
 @dataclass(frozen=True)
@@ -154,24 +152,40 @@ class FolderView:
         return self._starts.get(TopicPartition(topic, partition), 0)
 
     def _read_bounds(self, topic: str, partition: int) -> PartitionBounds:
+        """The bounds from the segment files (:mod:`embedlog.spark.layout`): the manifest
+        alone when it vouches for the segments, else one listing."""
         directory = self._directory(topic, partition)
-        files = _segment_files(directory)
-        if files is None:  # a compaction swap in progress: resolve it as recovery would
-            return self._bounds_via_partition(topic, partition)
         persisted = self._persisted_start(topic, partition)
+        max_batch = self._segment_settings(topic, partition).max_batch_bytes
+        chain = layout.manifest_chain(directory, max_batch)
+        if chain is not None:
+            # a segment gone, or a damaged one the listing may not even show: list the folder
+            with contextlib.suppress(FileNotFoundError, CorruptionError):
+                b = self._bounds_of(topic, partition, directory, chain, persisted)
+                if not layout.rolled_past(directory, b.end):
+                    return b
+        names = layout.log_names(directory)
+        if names is None:  # a compaction swap in progress: resolve it as recovery would
+            return self._bounds_via_partition(topic, partition)
+        try:
+            files = layout.from_manifest(directory, names)
+            if files is None:
+                files = layout.from_listing(directory, names)
+            return self._bounds_of(topic, partition, directory, files, persisted)
+        except FileNotFoundError:  # retention or compaction removed a segment meanwhile
+            return self._bounds_via_partition(topic, partition)
+
+    def _bounds_of(self, topic: str, partition: int, directory: str, files: layout.Files,
+                   persisted: int) -> PartitionBounds:
+        """The bounds of the segments ``files`` once the last one's tail is read (the log start
+        is the first base, raised to the writer's checkpoint ``persisted``)."""
         if not files:
             return PartitionBounds(persisted, persisted, ())
         prefix = os.path.join(directory, "")
-        segs: list[SegmentInfo] = []
-        try:
-            for base, name in files[:-1]:
-                path = prefix + name
-                segs.append(SegmentInfo(base, os.lstat(path).st_size, path))
-            base, name = files[-1]
-            size, end = self._tail(topic, partition, prefix + name, base)
-        except FileNotFoundError:  # retention or compaction removed a segment meanwhile
-            return self._bounds_via_partition(topic, partition)
-        segs.append(SegmentInfo(base, size, prefix + name))
+        base, _, name = files[-1]
+        size, end = self._tail(topic, partition, prefix + name, base)
+        segs = [SegmentInfo(b, n, prefix + name) for b, n, name in files]
+        segs[-1] = SegmentInfo(base, size, segs[-1].path)
         start = min(max(persisted, files[0][0]), end)
         return PartitionBounds(start, end, tuple(segs))
 
@@ -183,7 +197,7 @@ class FolderView:
         batches start; damage raises as any read of it would)."""
         key = (topic, partition)
         settings = self._segment_settings(topic, partition)
-        quick = _small_tail(path, base, settings.max_batch_bytes, self._tails.get(key))
+        quick = layout.small_tail(path, base, settings.max_batch_bytes, self._tails.get(key))
         if quick is not None:
             size, end = quick
         else:
@@ -243,58 +257,3 @@ class FolderView:
             yield p
         finally:
             p.close()
-
-
-def _segment_files(directory: str) -> list[tuple[int, str]] | None:
-    """``(base offset, name)`` of the ``.log`` files in ``directory`` in offset order (none if
-    it does not exist); None while a compaction swap is in progress there (a ``.log.swap``)."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    files: list[tuple[int, str]] = []
-    for name in names:
-        if not name.endswith((LOG_SUFFIX, SWAP_SUFFIX)):
-            continue  # indexes and the rest: no need to parse the name
-        parsed = parse_segment_file(name)
-        if parsed is None or parsed[1] != LOG_SUFFIX:
-            continue
-        if parsed[2] == SWAP_SUFFIX:
-            return None
-        if not parsed[2]:
-            files.append((parsed[0], name))
-    files.sort()
-    return files
-
-
-def _small_tail(path: str, base: int, max_batch: int, known: tuple[int, int, int] | None
-                ) -> tuple[int, int] | None:
-    """``(size, end offset)`` of the segment file ``path`` from one read of its bytes, or from
-    ``known`` (base, size, end) if its size did not change; None when it is larger than
-    :data:`SMALL_TAIL_BYTES`, not a regular file, or its bytes are not a clean run of batches
-    (the caller then opens it as a :class:`Segment`). ``FileNotFoundError`` passes through."""
-    try:
-        fd = _io.open_regular(path)
-    except CorruptionError:
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        if known is not None and known[:2] == (base, size):
-            return size, known[2]
-        if size > SMALL_TAIL_BYTES:
-            return None
-        return size, _end_offset(os.pread(fd, size, 0), base, max_batch)
-    except CorruptionError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _end_offset(buf: bytes, base: int, max_batch: int) -> int:
-    """One past the last offset of the whole batches of a segment's bytes ``buf`` (``base``
-    if none), from their headers alone; an incomplete last batch is one being written. Bytes
-    that are not such a run raise :class:`~embedlog.errors.CorruptionError`."""
-    end = base
-    for pos, header in fmt.iter_batches(buf, verify=False, max_batch_size=max_batch):
-        end = check_order(header, end, base, "", pos)
-    return end

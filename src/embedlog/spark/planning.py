@@ -24,6 +24,7 @@ Planning asks the log only about the selected partitions (:class:`LogView`;
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ __all__ = [
 ]
 
 TopicPartition = tuple[str, int]
+_BASE = operator.attrgetter("base_offset")
 
 OPEN_COST_BYTES = 1024 * 1024
 """What planning charges for starting to read one more range in a task, in bytes of records
@@ -377,7 +379,26 @@ def pack(
 def _by_segment(
     rng: OffsetRange, segments: Sequence[SegmentView], log_end: int, budget: int
 ) -> list[OffsetRange]:
-    segs = sorted(segments, key=lambda s: s.base_offset)
+    segs = sorted(segments, key=_BASE)
+    if segs and rng.start <= segs[0].base_offset and rng.end >= max(log_end,
+                                                                      segs[-1].base_offset):
+        # The range holds every segment whole: one run if they all fit the budget (the
+        # general walk below gives the same), the common case of many small partitions.
+        ends = [s.base_offset for s in segs[1:]]
+        ends.append(max(log_end, segs[-1].base_offset))
+        total = sum(s.size for s, end in zip(segs, ends, strict=True) if end > s.base_offset)
+        if total <= budget:
+            if all(end <= s.base_offset for s, end in zip(segs, ends, strict=True)):
+                return [rng]
+            return [OffsetRange(rng.topic, rng.partition, rng.start, rng.end, total)]
+    return _runs(rng, segs, log_end, budget)
+
+
+def _runs(
+    rng: OffsetRange, segs: Sequence[SegmentView], log_end: int, budget: int
+) -> list[OffsetRange]:
+    """Cut ``rng`` at the boundaries of ``segs`` (sorted): adjacent segments share a run up to
+    ``budget`` bytes, a bigger one is cut by offsets."""
     runs: list[list[int]] = []  # [start, end, bytes]: adjacent segments up to the budget
     for i, seg in enumerate(segs):
         seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else max(log_end, seg.base_offset)
