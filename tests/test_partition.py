@@ -7,9 +7,12 @@ import os
 import pathlib
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import embedlog
-from embedlog import batch_writer, manifest
+from embedlog import batch_writer, checkpoint, manifest
+from embedlog.errors import CorruptCheckpointError
 from embedlog.config import TopicConfig
 from embedlog.partition import Partition
 from embedlog.producer_state import ProducerStamp
@@ -126,6 +129,47 @@ def test_roll_seals_the_segment_in_the_manifest(tmp_path: pathlib.Path) -> None:
     sealed = manifest.read_manifest(str(folder))
     assert sealed == {0: p.segment_infos()[0].size}
     p.close()
+
+
+def _full_parse(folder: pathlib.Path) -> dict[int, int] | str:
+    """The manifest as the format's full parser reads it (or its error's class name)."""
+    try:
+        rows = checkpoint.SEGMENT_MANIFEST.read(str(folder / manifest.MANIFEST))
+    except CorruptCheckpointError:
+        return "CorruptCheckpointError"
+    return {int(b): int(s) for b, s in rows or ()}
+
+
+_entries = st.dictionaries(st.integers(0, 2**63 + 5), st.integers(0, 2**63 + 5), max_size=6)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(
+    _entries.map(lambda d: "embedlog-segments 1\n" + "".join(f"{b} {s}\n" for b, s in d.items())),
+    st.lists(st.sampled_from(["embedlog-segments 1", "embedlog-segments 2", "0 1", "007 9",
+                              "1  2", " 3 4", "5 6\r", "-1 2", "x 1", "", "9" * 20 + " 1",
+                              "1 2 3"]), max_size=5).map(lambda ls: "\n".join(ls)),
+).map(str.encode) | st.binary(max_size=40))
+def test_the_quick_manifest_read_agrees_with_the_format(tmp_path: pathlib.Path,
+                                                        data: bytes) -> None:
+    """Whatever the bytes: the entries, or the error, of the format's full parser."""
+    (tmp_path / manifest.MANIFEST).write_bytes(data)
+    try:
+        got: dict[int, int] | str = manifest.read_manifest(str(tmp_path))
+    except CorruptCheckpointError:
+        got = "CorruptCheckpointError"
+    assert got == _full_parse(tmp_path)
+
+
+def test_a_manifest_with_more_entries_than_segments_is_refused(tmp_path: pathlib.Path) -> None:
+    manifest.write_manifest(str(tmp_path), {0: 10, 10: 20, 30: 5})
+    assert manifest.read_manifest(str(tmp_path), max_entries=3) == {0: 10, 10: 20, 30: 5}
+    with pytest.raises(CorruptCheckpointError, match="more than the 2"):
+        manifest.read_manifest(str(tmp_path), max_entries=2)
+    (tmp_path / manifest.MANIFEST).write_bytes(b"embedlog-segments 1\n" + b"0 1\n" * 1000)
+    with pytest.raises(CorruptCheckpointError):  # refused having read ~120 bytes, not 4000
+        manifest.read_manifest(str(tmp_path), max_entries=2)
 
 
 def test_rolls_at_segment_bytes(tmp_path: pathlib.Path) -> None:
