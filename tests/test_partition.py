@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import embedlog
 from embedlog import batch_writer, checkpoint, manifest
-from embedlog.errors import CorruptCheckpointError
 from embedlog.config import TopicConfig
+from embedlog.errors import CorruptCheckpointError
 from embedlog.partition import Partition
 from embedlog.producer_state import ProducerStamp
 from embedlog.segment import format as fmt

@@ -85,6 +85,7 @@ __all__ = [
     "parse_segment_file",
     "partition_dir_name",
     "segment_path",
+    "segment_paths",
     "validate_topic",
 ]
 
@@ -183,6 +184,13 @@ def filename_prefix(offset: int) -> str:
 def segment_path(directory: str, base_offset: int, suffix: str) -> str:
     """``<directory>/<20-digit base offset><suffix>``."""
     return os.path.join(directory, filename_prefix(base_offset) + suffix)
+
+
+def segment_paths(folder: str, base_offsets: list[int], suffix: str) -> list[str]:
+    """:func:`segment_path` of each of ``base_offsets`` in the folder ``folder`` (in one pass:
+    planning names a partition's segments at once)."""
+    prefix = os.path.join(folder, "")
+    return [f"{prefix}{base:020d}{suffix}" for base in base_offsets]
 
 
 def damaged_path(root: str, partition_dir: str, base_offset: int, position: int) -> str:

@@ -96,9 +96,10 @@ def test_the_tail_is_read_again_only_when_it_changed(
     reads: list[int] = []
     walk = layout.end_offset
 
-    def counting(buf: bytes, base: int, max_batch: int) -> int:
+    def counting(buf: bytes, base: int, max_batch: int, max_batches: int | None = None
+                 ) -> int | None:
         reads.append(base)
-        return walk(buf, base, max_batch)
+        return walk(buf, base, max_batch, max_batches)
 
     monkeypatch.setattr(layout, "end_offset", counting)
     view = FolderView(path)
@@ -122,6 +123,6 @@ def test_a_segment_gone_after_the_listing_falls_back_to_the_partition(
         # a segment retention deleted between the listing and the stat
         return None if names is None else ["0" * 19 + "1.log", *names[1:]]
 
-    monkeypatch.setattr(layout, "manifest_chain", lambda directory, max_batch: None)
+    monkeypatch.setattr(layout, "manifest_chain", lambda directory, sealed, max_batch: None)
     monkeypatch.setattr(layout, "log_names", stale)
     assert view_bounds(FolderView(path)) == expected

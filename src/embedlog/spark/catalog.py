@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .. import checkpoint, metadata
@@ -50,13 +50,29 @@ OPEN_PARTITIONS = 64
 """Partitions an executor keeps open between tasks (each holds one descriptor per segment)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionBounds:
-    """One partition as planning sees it: ``[start, end)`` and its segments in offset order."""
+    """One partition as planning sees it: ``[start, end)`` and its segments in offset order,
+    kept as three columns (base offsets, sizes, paths): 10,000 partitions of 10 segments would
+    otherwise be 100,000 objects kept for the query, which the cyclic garbage collector walks
+    again and again while planning allocates."""
 
     start: int
     end: int
-    segments: tuple[SegmentInfo, ...]
+    bases: tuple[int, ...] = ()
+    sizes: tuple[int, ...] = ()
+    paths: tuple[str, ...] = ()
+
+    @property
+    def segments(self) -> tuple[SegmentInfo, ...]:
+        return tuple(map(SegmentInfo, self.bases, self.sizes, self.paths))
+
+    @classmethod
+    def of(cls, start: int, end: int, segments: Iterable[tuple[int, int, str]]
+           ) -> PartitionBounds:
+        """Bounds of ``segments``: ``(base offset, size, path)`` in offset order."""
+        columns = tuple(zip(*segments, strict=True))
+        return cls(start, end, *columns) if columns else cls(start, end)
 
 
 class FolderView:
@@ -157,37 +173,35 @@ class FolderView:
         directory = self._directory(topic, partition)
         persisted = self._persisted_start(topic, partition)
         max_batch = self._segment_settings(topic, partition).max_batch_bytes
-        chain = layout.manifest_chain(directory, max_batch)
+        sealed = layout.read_sealed(directory)
+        chain = None if not sealed else layout.manifest_chain(directory, sealed, max_batch)
         if chain is not None:
             # a segment gone, or a damaged one the listing may not even show: list the folder
             with contextlib.suppress(FileNotFoundError, CorruptionError):
-                b = self._bounds_of(topic, partition, directory, chain, persisted)
+                b = self._bounds_of(topic, partition, chain, persisted)
                 if not layout.rolled_past(directory, b.end):
                     return b
         names = layout.log_names(directory)
         if names is None:  # a compaction swap in progress: resolve it as recovery would
             return self._bounds_via_partition(topic, partition)
         try:
-            files = layout.from_manifest(directory, names)
+            files = layout.from_manifest(directory, names, sealed)
             if files is None:
                 files = layout.from_listing(directory, names)
-            return self._bounds_of(topic, partition, directory, files, persisted)
+            return self._bounds_of(topic, partition, files, persisted)
         except FileNotFoundError:  # retention or compaction removed a segment meanwhile
             return self._bounds_via_partition(topic, partition)
 
-    def _bounds_of(self, topic: str, partition: int, directory: str, files: layout.Files,
-                   persisted: int) -> PartitionBounds:
+    def _bounds_of(self, topic: str, partition: int, files: layout.Files, persisted: int
+                   ) -> PartitionBounds:
         """The bounds of the segments ``files`` once the last one's tail is read (the log start
         is the first base, raised to the writer's checkpoint ``persisted``)."""
         if not files:
-            return PartitionBounds(persisted, persisted, ())
-        prefix = os.path.join(directory, "")
-        base, _, name = files[-1]
-        size, end = self._tail(topic, partition, prefix + name, base)
-        segs = [SegmentInfo(b, n, prefix + name) for b, n, name in files]
-        segs[-1] = SegmentInfo(base, size, segs[-1].path)
-        start = min(max(persisted, files[0][0]), end)
-        return PartitionBounds(start, end, tuple(segs))
+            return PartitionBounds(persisted, persisted)
+        base, _, path = files[-1]
+        size, end = self._tail(topic, partition, path, base)
+        files[-1] = (base, size, path)
+        return PartitionBounds.of(min(max(persisted, files[0][0]), end), end, files)
 
     def _tail(self, topic: str, partition: int, path: str, base: int) -> tuple[int, int]:
         """``(size, end offset)`` of the last segment, re-read only when its base or size
@@ -211,14 +225,17 @@ class FolderView:
 
     def _segment_settings(self, topic: str, partition: int) -> SegmentSettings:
         settings = self._settings.get(topic)
-        if settings is None:
-            settings = self._settings[topic] = self._partition_object(topic, partition).settings
+        if settings is None:  # the partition's own (no reference back to this view: it is
+            # garbage in a cycle of its own, which must not keep the view alive)
+            settings = self._settings[topic] = Partition(
+                self._directory(topic, partition), topic, partition, self._topic(topic)[1],
+                writable=False).settings
         return settings
 
     def _bounds_via_partition(self, topic: str, partition: int) -> PartitionBounds:
         with self._open_partition(topic, partition) as p:
-            infos = tuple(p.segment_infos())
-            return PartitionBounds(p.start_offset, p.end_offset, infos)
+            return PartitionBounds.of(p.start_offset, p.end_offset,
+                                      ((s.base_offset, s.size, s.path) for s in p.segment_infos()))
 
     def _partition_object(self, topic: str, partition: int) -> Partition:
         return Partition(self._directory(topic, partition), topic, partition,

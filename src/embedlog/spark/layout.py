@@ -32,63 +32,77 @@ from typing import Final
 from .. import _io
 from ..errors import CorruptCheckpointError, CorruptionError
 from ..manifest import read_manifest
-from ..naming import LOG_SUFFIX, SWAP_SUFFIX, filename_prefix, parse_segment_file
+from ..naming import (
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    parse_segment_file,
+    segment_path,
+    segment_paths,
+)
 from ..segment import format as fmt
 from ..segment.rules import check_order
 
-__all__ = ["SMALL_TAIL_BYTES", "Files", "end_offset", "from_listing", "from_manifest",
-           "log_names", "manifest_chain", "rolled_past", "small_tail"]
+__all__ = ["CHAIN_BATCHES", "SMALL_TAIL_BYTES", "Files", "end_offset", "from_listing",
+           "from_manifest", "log_names", "manifest_chain", "read_sealed", "rolled_past",
+           "small_tail"]
 
 SMALL_TAIL_BYTES: Final = 64 * 1024
 """A segment up to this size is read whole to find its end offset (one read, no index)."""
+CHAIN_BATCHES: Final = 4
+"""The most batches :func:`manifest_chain` walks in the last sealed segment to find where the
+active one starts: a batch header costs ~2.5 us to walk, listing a folder of ten segments
+~25 us, so past a few batches the listing is the cheaper way."""
 
 Files = list[tuple[int, int, str]]
-"""``(base offset, size, name)`` of a partition's segments in offset order; the last one is the
+"""``(base offset, size, path)`` of a partition's segments in offset order; the last one is the
 active segment, whose size is not known yet (0): the caller reads its tail."""
 
 _SWAP_LOG: Final = LOG_SUFFIX + SWAP_SUFFIX
 
 
-def manifest_chain(directory: str, max_batch: int) -> Files | None:
-    """The segments from the manifest alone (way 1 of the module docstring), or None when it
-    cannot vouch for them: no manifest or no sealed segment in it, a damaged one, the first
-    sealed segment gone, the last one of another size, large, or not a clean run of batches
-    ending where the active segment starts."""
+def read_sealed(folder: str) -> dict[int, int] | None:
+    """The manifest's ``{base offset: size}`` (``{}`` if there is none), or None if it is damaged:
+    not a regular file, malformed, or larger than its format allows."""
     try:
-        sealed = read_manifest(directory)
+        return read_manifest(folder)
     except CorruptCheckpointError:
         return None
+
+
+def manifest_chain(folder: str, sealed: dict[int, int], max_batch: int) -> Files | None:
+    """The segments from the manifest's entries ``sealed`` alone (way 1 of the module
+    docstring), or None when they cannot vouch for them: no sealed segment, the first one gone,
+    the last one of another size, holding more than :data:`CHAIN_BATCHES` batches (then one
+    listing costs less than walking them), or not a clean run of batches."""
     if not sealed:
         return None
     bases = sorted(sealed)
-    prefix = os.path.join(directory, "")
-    names = [filename_prefix(b) + LOG_SUFFIX for b in bases]
-    if not os.path.lexists(prefix + names[0]):
+    paths = segment_paths(folder, bases, LOG_SUFFIX)
+    if not os.path.lexists(paths[0]):
         return None  # retention deleted it since
     last = bases[-1]
     try:
-        tail = small_tail(prefix + names[-1], last, max_batch, None)
+        tail = small_tail(paths[-1], last, max_batch, None, max_batches=CHAIN_BATCHES)
     except FileNotFoundError:
         return None
     if tail is None or tail[0] != sealed[last] or tail[1] <= last:
         return None
-    active = tail[1]
-    files = [(b, sealed[b], n) for b, n in zip(bases, names, strict=True)]
-    files.append((active, 0, filename_prefix(active) + LOG_SUFFIX))
+    files = [(b, sealed[b], path) for b, path in zip(bases, paths, strict=True)]
+    files.append((tail[1], 0, segment_path(folder, tail[1], LOG_SUFFIX)))
     return files
 
 
-def rolled_past(directory: str, end: int) -> bool:
+def rolled_past(folder: str, end: int) -> bool:
     """Whether a segment starts at ``end``, the end offset of what :func:`manifest_chain` took
     for the active segment: the partition rolled since the manifest was read or written."""
-    return os.path.lexists(os.path.join(directory, filename_prefix(end) + LOG_SUFFIX))
+    return os.path.lexists(segment_path(folder, end, LOG_SUFFIX))
 
 
-def log_names(directory: str) -> list[str] | None:
-    """The names ending in ``.log`` in ``directory``, sorted (none if it does not exist); None
+def log_names(folder: str) -> list[str] | None:
+    """The names ending in ``.log`` in ``folder``, sorted (none if it does not exist); None
     while a compaction swap is in progress there (a ``<segment>.log.swap``)."""
     try:
-        names = os.listdir(directory)
+        names = os.listdir(folder)
     except FileNotFoundError:
         return []
     if _SWAP_LOG in "/".join(names):  # names hold no "/": one search instead of a loop
@@ -101,36 +115,32 @@ def log_names(directory: str) -> list[str] | None:
     return logs
 
 
-def from_manifest(directory: str, names: list[str]) -> Files | None:
-    """The segments, sealed sizes from the manifest, when it names exactly ``names`` but the
-    last (the active segment, above every sealed one); else None (no manifest, a stale or
-    damaged one, or a name that is not a segment's). A single segment needs no manifest."""
+def from_manifest(folder: str, names: list[str], sealed: dict[int, int] | None
+                  ) -> Files | None:
+    """The segments, sealed sizes from the manifest's entries ``sealed``, when they name
+    exactly ``names`` but the last (the active segment, above every sealed one); else None (no
+    manifest or a damaged one -- ``sealed`` None --, a stale one, or a name that is not a
+    segment's). A single segment needs no manifest."""
     if not names:
         return []
     if len(names) == 1:
-        sealed: dict[int, int] = {}  # the active segment, whatever a manifest says
-    else:
-        try:
-            sealed = read_manifest(directory, max_entries=len(names) - 1)
-        except CorruptCheckpointError:
-            return None
+        sealed = {}  # the active segment, whatever a manifest says
+    elif sealed is None or len(sealed) != len(names) - 1:
+        return None
     bases = sorted(sealed)
-    sealed_names = names[:-1]
-    if len(bases) != len(sealed_names) or list(map(_log_name, bases)) != sealed_names:
+    paths = segment_paths(folder, bases, LOG_SUFFIX) if bases else []
+    prefix = os.path.join(folder, "")
+    if any(path != prefix + name for path, name in zip(paths, names, strict=False)):
         return None
     last = parse_segment_file(names[-1])
     if last is None or last[1:] != (LOG_SUFFIX, "") or (bases and last[0] <= bases[-1]):
         return None
-    files = [(b, sealed[b], n) for b, n in zip(bases, sealed_names, strict=True)]
-    files.append((last[0], 0, names[-1]))
+    files = [(b, sealed[b], path) for b, path in zip(bases, paths, strict=True)]
+    files.append((last[0], 0, prefix + names[-1]))
     return files
 
 
-def _log_name(base: int) -> str:
-    return filename_prefix(base) + LOG_SUFFIX
-
-
-def from_listing(directory: str, names: list[str]) -> Files:
+def from_listing(folder: str, names: list[str]) -> Files:
     """The segments among ``names``, sealed sizes from ``lstat`` (never through a link).
     ``FileNotFoundError`` passes through."""
     found = []
@@ -139,18 +149,19 @@ def from_listing(directory: str, names: list[str]) -> Files:
         if parsed is not None and parsed[1:] == (LOG_SUFFIX, ""):
             found.append((parsed[0], name))
     found.sort()
-    prefix = os.path.join(directory, "")
-    files = [(base, os.lstat(prefix + name).st_size, name) for base, name in found[:-1]]
-    files.extend((base, 0, name) for base, name in found[-1:])
+    prefix = os.path.join(folder, "")
+    files = [(base, os.lstat(prefix + name).st_size, prefix + name) for base, name in found[:-1]]
+    files.extend((base, 0, prefix + name) for base, name in found[-1:])
     return files
 
 
-def small_tail(path: str, base: int, max_batch: int, known: tuple[int, int, int] | None
-               ) -> tuple[int, int] | None:
+def small_tail(path: str, base: int, max_batch: int, known: tuple[int, int, int] | None, *,
+               max_batches: int | None = None) -> tuple[int, int] | None:
     """``(size, end offset)`` of the segment file ``path`` from one read of its bytes, or from
     ``known`` (base, size, end) if its size did not change; None when it is larger than
-    :data:`SMALL_TAIL_BYTES`, not a regular file, or its bytes are not a clean run of batches
-    (the caller then opens it as a segment). ``FileNotFoundError`` passes through."""
+    :data:`SMALL_TAIL_BYTES`, not a regular file, holds more than ``max_batches`` batches (when
+    given), or its bytes are not a clean run of batches (the caller then opens it as a
+    segment). ``FileNotFoundError`` passes through."""
     try:
         fd = _io.open_regular(path)
     except CorruptionError:
@@ -161,18 +172,24 @@ def small_tail(path: str, base: int, max_batch: int, known: tuple[int, int, int]
             return size, known[2]
         if size > SMALL_TAIL_BYTES:
             return None
-        return size, end_offset(os.pread(fd, size, 0), base, max_batch)
+        end = end_offset(os.pread(fd, size, 0), base, max_batch, max_batches)
+        return None if end is None else (size, end)
     except CorruptionError:
         return None
     finally:
         os.close(fd)
 
 
-def end_offset(buf: bytes, base: int, max_batch: int) -> int:
+def end_offset(buf: bytes, base: int, max_batch: int, max_batches: int | None = None
+               ) -> int | None:
     """One past the last offset of the whole batches of a segment's bytes ``buf`` (``base``
-    if none), from their headers alone; an incomplete last batch is one being written. Bytes
-    that are not such a run raise :class:`~embedlog.errors.CorruptionError`."""
+    if none), from their headers alone; an incomplete last batch is one being written; None
+    past ``max_batches`` batches. Bytes that are not such a run raise
+    :class:`~embedlog.errors.CorruptionError`."""
     end = base
-    for pos, header in fmt.iter_batches(buf, verify=False, max_batch_size=max_batch):
+    for count, (pos, header) in enumerate(
+            fmt.iter_batches(buf, verify=False, max_batch_size=max_batch)):
+        if max_batches is not None and count >= max_batches:
+            return None
         end = check_order(header, end, base, "", pos)
     return end

@@ -384,13 +384,14 @@ def _by_segment(
                                                                       segs[-1].base_offset):
         # The range holds every segment whole: one run if they all fit the budget (the
         # general walk below gives the same), the common case of many small partitions.
-        ends = [s.base_offset for s in segs[1:]]
-        ends.append(max(log_end, segs[-1].base_offset))
-        total = sum(s.size for s, end in zip(segs, ends, strict=True) if end > s.base_offset)
+        total, spans = 0, False  # the bytes of the segments holding offsets, and are there any
+        for i, seg in enumerate(segs, 1):
+            end = segs[i].base_offset if i < len(segs) else max(log_end, seg.base_offset)
+            if end > seg.base_offset:
+                total, spans = total + seg.size, True
         if total <= budget:
-            if all(end <= s.base_offset for s, end in zip(segs, ends, strict=True)):
-                return [rng]
-            return [OffsetRange(rng.topic, rng.partition, rng.start, rng.end, total)]
+            return [OffsetRange(rng.topic, rng.partition, rng.start, rng.end, total)
+                    ] if spans else [rng]
     return _runs(rng, segs, log_end, budget)
 
 
