@@ -6,6 +6,8 @@ import itertools
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -27,6 +29,8 @@ from embedlog.spark.options import (
 )
 from embedlog.spark.planning import (
     OffsetRange,
+    _by_segment,
+    _runs,
     offset_ranges,
     resolve_offsets,
     select_partitions,
@@ -197,3 +201,24 @@ def test_min_partitions_splits_proportionally() -> None:
     tiny = split_ranges(log, [OffsetRange("a", 1, 50, 52)], max_partition_bytes=10**9,
                         min_partitions=10)
     assert [(t.start, t.end) for t in tiny] == [(50, 51), (51, 52)]
+
+
+@st.composite
+def _partition_and_range(draw: st.DrawFn) -> tuple[list[Seg], int, OffsetRange]:
+    """Segments (bases strictly increasing, sizes, some empty), a log end, a range in it."""
+    gaps = draw(st.lists(st.integers(0, 40), min_size=1, max_size=8))
+    bases = list(itertools.accumulate(gaps))
+    bases = sorted(set(bases))
+    segs = [Seg(b, draw(st.integers(0, 3000))) for b in bases]
+    log_end = draw(st.integers(bases[-1], bases[-1] + 50))
+    lo = draw(st.integers(0, log_end))
+    hi = draw(st.integers(lo, log_end + 5))
+    return segs, log_end, OffsetRange("a", 0, lo, max(hi, lo + 1))
+
+
+@given(case=_partition_and_range(), budget=st.integers(1, 20_000))
+def test_the_whole_partition_shortcut_cuts_as_the_segment_walk(
+        case: tuple[list[Seg], int, OffsetRange], budget: int) -> None:
+    segs, log_end, rng = case
+    shuffled = list(reversed(segs))  # either way round: the cut sorts them
+    assert _by_segment(rng, shuffled, log_end, budget) == _runs(rng, segs, log_end, budget)

@@ -8,13 +8,18 @@ trigger. :class:`FolderView` instead reads, lazily and per selected partition:
 * the topic list and partition counts: :func:`embedlog.metadata.read_topics` (``embedlog.json``,
   a regular file of bounded size, or for a plain Kafka folder the ``<topic>-<partition>``
   folder names);
-* the segments: one directory listing (base offsets from the names, sizes from ``lstat``);
+* the segments (:mod:`embedlog.spark.layout`): from the sealed-segment manifest alone when it
+  vouches for them (no listing, no ``lstat`` per segment); else one directory listing, with the
+  manifest's sizes when it names exactly the listed segments, else sizes from ``lstat`` (never
+  through a link);
 * the log start offset: the first segment's base, raised to the writer's
-  ``log-start-offset-checkpoint`` entry (a ``delete_records`` inside a segment);
+  ``log-start-offset-checkpoint`` entry (a ``delete_records`` inside a segment; the root
+  checkpoint is read once per view, not per partition);
 * the log end offset: the batch headers of the last segment only -- read whole with one
   ``pread`` when it is small (:data:`SMALL_TAIL_BYTES`), else from its last offset-index
   entry on -- and re-read only when that segment's size changed. The other segments are
-  never opened (their sizes come from ``lstat``: never through a link).
+  never opened (but for a few batch headers of the last sealed one, when the manifest is
+  trusted to say where the active segment starts).
 
 A partition whose folder shows a compaction swap in progress (``.swap`` files) is loaded through
 a read-only ``Partition`` instead, which resolves the swap the way recovery would; timestamp
