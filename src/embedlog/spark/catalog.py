@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import checkpoint, metadata
 from ..config import TopicConfig
@@ -55,8 +55,7 @@ OPEN_PARTITIONS = 64
 """Partitions an executor keeps open between tasks (each holds one descriptor per segment)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionBounds:
+class PartitionBounds(NamedTuple):
     """One partition as planning sees it: ``[start, end)`` and its segments in offset order,
     kept as three columns (base offsets, sizes, paths): 10,000 partitions of 10 segments would
     otherwise be 100,000 objects kept for the query, which the cyclic garbage collector walks
@@ -173,29 +172,50 @@ class FolderView:
         return self._starts.get(TopicPartition(topic, partition), 0)
 
     def _read_bounds(self, topic: str, partition: int) -> PartitionBounds:
-        """The bounds from the segment files (:mod:`embedlog.spark.layout`): the manifest
-        alone when it vouches for the segments, else one listing."""
+        """The bounds from the segment files (:mod:`embedlog.spark.layout`): what an earlier
+        query saw while the manifest has not changed, or the manifest alone when it vouches for
+        the segments, else one listing."""
         directory = self._directory(topic, partition)
         persisted = self._persisted_start(topic, partition)
+        seen = layout.stamp(directory)
+        known = layout.remembered(directory, seen)
+        if known is not None:
+            self._tails.setdefault((topic, partition), known[1])
+            b = self._vouched(topic, partition, directory, known[0], persisted)
+            if b is not None:
+                return b
+        sealed = None if seen is None else layout.read_sealed(directory)  # None: no manifest
         max_batch = self._segment_settings(topic, partition).max_batch_bytes
-        sealed = layout.read_sealed(directory)
         chain = None if not sealed else layout.manifest_chain(directory, sealed, max_batch)
         if chain is not None:
-            # a segment gone, or a damaged one the listing may not even show: list the folder
-            with contextlib.suppress(FileNotFoundError, CorruptionError):
-                b = self._bounds_of(topic, partition, chain, persisted)
-                if not layout.rolled_past(directory, b.end):
-                    return b
+            b = self._vouched(topic, partition, directory, chain, persisted)
+            if b is not None:
+                layout.remember(directory, seen, chain, b.end)
+                return b
         names = layout.log_names(directory)
         if names is None:  # a compaction swap in progress: resolve it as recovery would
             return self._bounds_via_partition(topic, partition)
         try:
             files = layout.from_manifest(directory, names, sealed)
             if files is None:
-                files = layout.from_listing(directory, names)
-            return self._bounds_of(topic, partition, files, persisted)
+                return self._bounds_of(topic, partition, layout.from_listing(directory, names),
+                                       persisted)
+            b = self._bounds_of(topic, partition, files, persisted)
         except FileNotFoundError:  # retention or compaction removed a segment meanwhile
             return self._bounds_via_partition(topic, partition)
+        layout.remember(directory, seen, files, b.end)
+        return b
+
+    def _vouched(self, topic: str, partition: int, directory: str, files: layout.Files,
+                 persisted: int) -> PartitionBounds | None:
+        """The bounds of ``files`` taken without a listing, or None if the folder does not bear
+        them out: the last one gone or damaged (the listing may not even show it), or a segment
+        starting where it ends (a roll since)."""
+        with contextlib.suppress(FileNotFoundError, CorruptionError):
+            b = self._bounds_of(topic, partition, files, persisted)
+            if not layout.rolled_past(directory, b.end):
+                return b
+        return None
 
     def _bounds_of(self, topic: str, partition: int, files: layout.Files, persisted: int
                    ) -> PartitionBounds:

@@ -31,7 +31,7 @@ from typing import Final
 
 from .. import _io
 from ..errors import CorruptCheckpointError, CorruptionError
-from ..manifest import read_manifest
+from ..manifest import manifest_stamp, read_manifest
 from ..naming import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
@@ -43,8 +43,8 @@ from ..segment import format as fmt
 from ..segment.rules import check_order
 
 __all__ = ["CHAIN_BATCHES", "SMALL_TAIL_BYTES", "Files", "end_offset", "from_listing",
-           "from_manifest", "log_names", "manifest_chain", "read_sealed", "rolled_past",
-           "small_tail"]
+           "from_manifest", "log_names", "manifest_chain", "read_sealed", "remember",
+           "remembered", "rolled_past", "small_tail", "stamp"]
 
 SMALL_TAIL_BYTES: Final = 64 * 1024
 """A segment up to this size is read whole to find its end offset (one read, no index)."""
@@ -92,6 +92,43 @@ def manifest_chain(folder: str, sealed: dict[int, int], max_batch: int) -> Files
     return files
 
 
+Stamp = tuple[int, int, int]
+_KNOWN: dict[str, tuple[Stamp, tuple[tuple[int, int, str], ...], int]] = {}
+KNOWN_FOLDERS: Final = 1 << 16
+"""The most partition folders whose segments this process remembers (:func:`remember`)."""
+
+
+def stamp(folder: str) -> Stamp | None:
+    """The manifest's identity (:func:`embedlog.manifest.manifest_stamp`), taken before it is
+    read: the writer replaces it whenever the sealed segments change."""
+    return manifest_stamp(folder)
+
+
+def remember(folder: str, seen: Stamp | None, files: Files, end: int) -> None:
+    """Keep the segments ``files`` (the last one's size read with it, ending at ``end``) that
+    the manifest stamped ``seen`` vouched for, for the next query of this process."""
+    if seen is None:
+        return
+    if len(_KNOWN) >= KNOWN_FOLDERS:
+        _KNOWN.clear()
+    _KNOWN[folder] = (seen, tuple(files), end)
+
+
+def remembered(folder: str, seen: Stamp | None) -> tuple[Files, tuple[int, int, int]] | None:
+    """The segments :func:`remember` kept for ``folder`` if its manifest is still the one stamped
+    ``seen`` and the first segment is still there (retention ran since otherwise), with the last
+    one's ``(base, size, end)`` as it was read; the caller checks the last one as it checks
+    :func:`manifest_chain`'s (its tail, :func:`rolled_past`)."""
+    entry = _KNOWN.get(folder)
+    if entry is None or seen is None or entry[0] != seen:
+        return None
+    files = list(entry[1])
+    if not os.path.lexists(files[0][2]):
+        return None
+    base, size, _ = files[-1]
+    return files, (base, size, entry[2])
+
+
 def rolled_past(folder: str, end: int) -> bool:
     """Whether a segment starts at ``end``, the end offset of what :func:`manifest_chain` took
     for the active segment: the partition rolled since the manifest was read or written."""
@@ -120,15 +157,13 @@ def from_manifest(folder: str, names: list[str], sealed: dict[int, int] | None
     """The segments, sealed sizes from the manifest's entries ``sealed``, when they name
     exactly ``names`` but the last (the active segment, above every sealed one); else None (no
     manifest or a damaged one -- ``sealed`` None --, a stale one, or a name that is not a
-    segment's). A single segment needs no manifest."""
-    if not names:
-        return []
-    if len(names) == 1:
-        sealed = {}  # the active segment, whatever a manifest says
-    elif sealed is None or len(sealed) != len(names) - 1:
+    segment's). A single segment needs no manifest (nor an ``lstat``)."""
+    if len(names) <= 1:  # none, or the active segment alone, whatever a manifest says
+        return from_listing(folder, names)
+    if sealed is None or len(sealed) != len(names) - 1:
         return None
     bases = sorted(sealed)
-    paths = segment_paths(folder, bases, LOG_SUFFIX) if bases else []
+    paths = segment_paths(folder, bases, LOG_SUFFIX)
     prefix = os.path.join(folder, "")
     if any(path != prefix + name for path, name in zip(paths, names, strict=False)):
         return None
