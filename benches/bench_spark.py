@@ -253,10 +253,17 @@ def planning(workdir: str, partitions: int, segments: int) -> None:
         reader = EmbedlogDataSource({"path": path, "subscribe": TOPIC}).reader(kafka_schema())
         return reader.partitions()
 
-    t_batch, t_cpu, tasks = median_plan(plan)
+    from embedlog.spark import layout
+
+    def cold() -> Any:
+        layout.forget()  # as the first query of a process
+        return plan()
+
+    t_cold, t_cold_cpu, tasks = median_plan(cold)
+    t_batch, t_cpu, warm = median_plan(plan)
     with listing_only():
         t_listed, t_listed_cpu, listed = median_plan(plan)
-    assert listed == tasks, "the manifest changed the plan"
+    assert listed == tasks == warm, "the manifest changed the plan"
     stream = EmbedlogStreamReader(parse_read_options({"path": path, "subscribe": TOPIC,
                                                       "startingOffsets": "earliest"},
                                                      streaming=True),
@@ -269,9 +276,11 @@ def planning(workdir: str, partitions: int, segments: int) -> None:
 
     t_trigger, _ = timed(trigger)
     t_again, _ = timed(trigger)
-    met = "met" if t_batch < PLAN_TARGET_S else "NOT met"
-    print(f"  batch plan      {t_batch:6.2f} s  (cpu {t_cpu:.2f} s, median of 3; {len(tasks)} "
-          f"tasks; target < {PLAN_TARGET_S:.0f} s: {met})")
+    met = "met" if t_cold < PLAN_TARGET_S else "NOT met"
+    print(f"  batch plan      {t_cold:6.2f} s  (cpu {t_cold_cpu:.2f} s, median of 3 first queries "
+          f"of a process; {len(tasks)} tasks; target < {PLAN_TARGET_S:.0f} s: {met})")
+    print(f"  batch plan      {t_batch:6.2f} s  (cpu {t_cpu:.2f} s, median of 3 later queries: "
+          "the segments the manifests vouched for are remembered)")
     print(f"  batch plan, segment manifests passed over (listing + lstat, as for a Kafka "
           f"folder): {t_listed:6.2f} s (cpu {t_listed_cpu:.2f} s)")
     print(f"  stream trigger  {t_trigger:6.2f} s  first, {t_again:6.2f} s next")
@@ -301,12 +310,13 @@ def listing_only() -> Iterator[None]:
     """Planning as if no partition had a sealed-segment manifest."""
     from embedlog.spark import layout
 
-    read_sealed = layout.read_sealed
+    read_sealed, stamp = layout.read_sealed, layout.stamp
     layout.read_sealed = lambda folder: None
+    layout.stamp = lambda folder: None  # nothing remembered either
     try:
         yield
     finally:
-        layout.read_sealed = read_sealed
+        layout.read_sealed, layout.stamp = read_sealed, stamp
 
 
 def build_many(path: str, partitions: int, segments: int) -> None:

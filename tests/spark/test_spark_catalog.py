@@ -126,3 +126,31 @@ def test_a_segment_gone_after_the_listing_falls_back_to_the_partition(
     monkeypatch.setattr(layout, "manifest_chain", lambda directory, sealed, max_batch: None)
     monkeypatch.setattr(layout, "log_names", stale)
     assert view_bounds(FolderView(path)) == expected
+
+
+def test_the_log_start_checkpoint_is_read_again_only_when_replaced(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An executor reads many ranges with one view: the root checkpoint (one line per partition
+    whose log start moved) is parsed once, and again once the writer replaced it."""
+    reads: list[str] = []
+    read_offsets = catalog.checkpoint.read_offsets
+
+    def counting(name: str, **kwargs: Any) -> Any:
+        reads.append(name)
+        return read_offsets(name, **kwargs)
+
+    monkeypatch.setattr(catalog.checkpoint, "read_offsets", counting)
+    view = FolderView(path)
+    try:
+        for _ in range(3):
+            assert view.reader("t", 2).start_offset == 33
+            assert view.reader("t", 0).start_offset == 0
+            view.refresh()  # as every task and stream trigger does
+        assert len(reads) == 1
+        with embedlog.open(path) as log:
+            log.delete_records("t", 2, 35)
+        assert view.reader("t", 2).start_offset == 35
+        assert view.reader("t", 0).start_offset == 0
+        assert len(reads) == 2
+    finally:
+        view.close()

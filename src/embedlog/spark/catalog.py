@@ -89,6 +89,7 @@ class FolderView:
         self.path = os.path.abspath(path)
         self._topics: dict[str, tuple[int, TopicConfig]] | None = None
         self._starts: dict[TopicPartition, int] | None = None
+        self._starts_seen: tuple[int, int, int, int] | None = None
         self._bounds: dict[tuple[str, int], PartitionBounds] = {}
         self._tails: dict[tuple[str, int], tuple[int, int, int]] = {}  # (base, size, end)
         self._settings: dict[str, SegmentSettings] = {}
@@ -104,7 +105,7 @@ class FolderView:
         """Forget everything but the remembered segment tails: the next calls see the folder as
         it is now."""
         self._topics = None
-        self._starts = None
+        self._check_starts()
         self._bounds.clear()
         self._settings.clear()
 
@@ -163,13 +164,23 @@ class FolderView:
         return os.path.join(self.path, partition_dir_name(topic, partition))
 
     def _persisted_start(self, topic: str, partition: int) -> int:
+        """The writer's ``log-start-offset-checkpoint`` entry (0 if none): the root file is read
+        once, and again only when :meth:`_check_starts` finds it replaced."""
         if self._starts is None:
+            path = os.path.join(self.path, metadata.LOG_START)
+            self._starts_seen = _stamp(path)  # before the read: a change meanwhile shows later
             try:
-                self._starts = checkpoint.read_offsets(
-                    os.path.join(self.path, metadata.LOG_START))
+                self._starts = checkpoint.read_offsets(path)
             except UsageError:
                 self._starts = {}  # being replaced by the writer right now: the bases decide
         return self._starts.get(TopicPartition(topic, partition), 0)
+
+    def _check_starts(self) -> None:
+        """Forget the log start offsets read if the writer replaced their file since (a 10,000
+        partition checkpoint takes tens of milliseconds to parse: not once per range read)."""
+        if self._starts is not None and _stamp(
+                os.path.join(self.path, metadata.LOG_START)) != self._starts_seen:
+            self._starts = None
 
     def _read_bounds(self, topic: str, partition: int) -> PartitionBounds:
         """The bounds from the segment files (:mod:`embedlog.spark.layout`): what an earlier
@@ -280,7 +291,7 @@ class FolderView:
         self._open[key] = p  # most recently used last
         while len(self._open) > OPEN_PARTITIONS:
             self._open.pop(next(iter(self._open))).close()
-        self._starts = None  # re-read the writer's log start offsets
+        self._check_starts()  # the writer's log start offsets as they are now
         p.refresh()
         return p
 
@@ -299,3 +310,13 @@ class FolderView:
             yield p
         finally:
             p.close()
+
+
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
+    """Identity of the file at ``path`` (inode, size, mtime, ctime; None if there is none): the
+    writer replaces its checkpoints whole, so a new version has another stamp."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

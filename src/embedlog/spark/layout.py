@@ -42,9 +42,23 @@ from ..naming import (
 from ..segment import format as fmt
 from ..segment.rules import check_order
 
-__all__ = ["CHAIN_BATCHES", "SMALL_TAIL_BYTES", "Files", "end_offset", "from_listing",
-           "from_manifest", "log_names", "manifest_chain", "read_sealed", "remember",
-           "remembered", "rolled_past", "small_tail", "stamp"]
+__all__ = [
+    "CHAIN_BATCHES",
+    "SMALL_TAIL_BYTES",
+    "Files",
+    "end_offset",
+    "forget",
+    "from_listing",
+    "from_manifest",
+    "log_names",
+    "manifest_chain",
+    "read_sealed",
+    "remember",
+    "remembered",
+    "rolled_past",
+    "small_tail",
+    "stamp",
+]
 
 SMALL_TAIL_BYTES: Final = 64 * 1024
 """A segment up to this size is read whole to find its end offset (one read, no index)."""
@@ -127,6 +141,11 @@ def remembered(folder: str, seen: Stamp | None) -> tuple[Files, tuple[int, int, 
         return None
     base, size, _ = files[-1]
     return files, (base, size, entry[2])
+
+
+def forget() -> None:
+    """Forget every folder :func:`remember` kept (the next query plans as the first one)."""
+    _KNOWN.clear()
 
 
 def rolled_past(folder: str, end: int) -> bool:
