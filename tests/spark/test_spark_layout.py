@@ -345,3 +345,23 @@ def test_what_a_query_saw_is_checked_before_it_is_used_again(
     assert got == expected
     assert got[0][:2] == {"append": (0, 67), "roll": (0, 67), "two rolls": (0, 70),
                           "nothing": (0, 64)}.get(change, (expected[0][0], 64))
+
+
+def test_an_empty_partition_folder_is_planned_again_each_time(tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    with embedlog.open(path) as log:
+        log.create_topic(TOPIC, partitions=1)
+        log.append_batch(TOPIC, [b"x"] * 3, partition=0)
+    folder = os.path.join(path, f"{TOPIC}-0")
+    saved = {}
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            saved[name] = f.read()
+        os.unlink(os.path.join(folder, name))
+    with open(os.path.join(folder, MANIFEST), "wb") as f:
+        f.write(b"embedlog-segments 1\n")  # a manifest, no segment
+    assert snapshot(path, 1) == snapshot(path, 1) == {0: (0, 0, [])}
+    for name, data in saved.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    assert snapshot(path, 1)[0][:2] == (0, 3)

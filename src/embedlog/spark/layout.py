@@ -121,7 +121,7 @@ def stamp(folder: str) -> Stamp | None:
 def remember(folder: str, seen: Stamp | None, files: Files, end: int) -> None:
     """Keep the segments ``files`` (the last one's size read with it, ending at ``end``) that
     the manifest stamped ``seen`` vouched for, for the next query of this process."""
-    if seen is None:
+    if seen is None or not files:
         return
     if len(_KNOWN) >= KNOWN_FOLDERS:
         _KNOWN.clear()
