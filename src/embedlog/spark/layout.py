@@ -1,12 +1,14 @@
 """Which segments a partition folder holds, as Spark planning needs them: base offsets, the
 sizes of the sealed ones, and the last (active) segment, whose tail the caller reads.
 
-Three ways, cheapest first; each one that cannot vouch for its answer gives way to the next:
+Three ways, cheapest first; each one that cannot vouch for its answer gives way to the next.
+What the first two found is remembered for the next query of the process (:func:`remember`)
+while the manifest keeps its stamp, and checked again as the first way's answer is before use.
 
 1. :func:`manifest_chain` -- no listing, no ``lstat`` per segment. The sealed-segment manifest
    (``embedlog.segments``, :mod:`embedlog.manifest`) gives the sealed bases and sizes; the active
    segment is the one embedlog rolled to, at the end offset of the last sealed one (read from
-   that segment's batch headers when it is small, :data:`SMALL_TAIL_BYTES`). It is vouched for
+   that segment's batch headers when it holds at most :data:`CHAIN_BATCHES`). It is vouched for
    when the first sealed segment is still there (retention did not run since the manifest was
    written), the last sealed one has the size the manifest says, and the active segment exists;
    the caller then checks, once it has the active segment's end offset, that no segment starts
@@ -22,6 +24,12 @@ passed over. Offsets never come from it: the log start is the first segment's ba
 the writer's checkpoint by the caller) and the log end is read from the active segment's bytes,
 so a manifest that does not match the folder can only make planning take the next way. Sealed
 sizes from it only weigh tasks.
+
+What is not seen without a listing: a segment below the first sealed one that the manifest does
+not name (no writer makes one), and a segment a writer that keeps no manifest rolled to above
+the active one's end (a Kafka follower of a compacted topic may): the end offset is then that of
+an older snapshot -- offsets that are all in the log -- until that writer's retention or a new
+manifest shows the change.
 """
 
 from __future__ import annotations
