@@ -293,7 +293,9 @@ def _apply(path: Path, outside: Path, piece: str, k: int, cut: int) -> str:
     if piece == "bad_name":
         for name in ("123.log", "abc.index", "00000000000000000000.log.bak", "x-0",
                      "..log", f"{k:019d}.log"):
-            (path / "t-0" / name).write_bytes(b"not a segment")
+            target = path / "t-0" / name
+            _clear(target)  # an earlier piece may have left a FIFO there: never write into it
+            target.write_bytes(b"not a segment")
         return piece
     if not seg.is_file() or seg.is_symlink():
         return "none"
@@ -336,3 +338,15 @@ def test_random_hostile_folders_read_correctly_or_raise_embedlog_errors(
     _check_outcome(path, changes, read_only=False)
     _check_outcome(path, changes, read_only=True)
     assert snapshot(outside) == sibling
+
+
+def test_a_fifo_left_by_one_piece_is_never_written_into_by_the_next() -> None:
+    # bad_name once wrote into whatever stood at its names: after a FIFO took "123.log", the
+    # write blocked forever (a hang a random example could hit).
+    path, outside = fresh()
+    assert _apply(path, outside, "bad_name", 0, 0) == "bad_name"
+    k = [p.name for p in segs(path)].index("123.log")
+    assert _apply(path, outside, "fifo", k, 1) == "fifo"
+    assert stat.S_ISFIFO(os.lstat(path / "t-0" / "123.log").st_mode)
+    assert _apply(path, outside, "bad_name", 0, 0) == "bad_name"
+    assert (path / "t-0" / "123.log").read_bytes() == b"not a segment"
