@@ -12,7 +12,9 @@ Workloads (100 B values, log durability "fsync"):
                             one fsync), the baseline for txn-1000
 
 Each workload runs for about ``--seconds``; rates are of wall time. The machine is shared and
-noisy: compare rows of one run, not runs.
+noisy: compare rows of one run, not runs. ``fsyncs/step`` counts the file fsyncs and
+``dirsyncs/step`` the directory fsyncs issued through ``embedlog._io`` per step (one
+transaction, one flush or one batch), from a separate counted run of ``--count`` steps.
 """
 
 from __future__ import annotations
@@ -24,12 +26,41 @@ import time
 from collections.abc import Callable
 
 import embedlog
+from embedlog import _io
 
 VALUE = b"x" * 100
 
 
+class _Counting(_io.FileSystem):
+    """The production backend, counting file and directory fsyncs."""
+
+    def __init__(self) -> None:
+        self.fsyncs = self.dirsyncs = 0
+
+    def fsync(self, fd: int) -> None:
+        self.fsyncs += 1
+        super().fsync(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        self.dirsyncs += 1
+        super().fsync_dir(path)
+
+
+_COUNT: list[int] = [0]
+"""Steps of a counted run (set by ``--count``); 0 while timing."""
+_COUNTED: dict[str, tuple[float, float]] = {}
+
+
 def _timed(seconds: float, step: Callable[[], int]) -> tuple[int, int, float]:
-    """Run ``step`` (returns records written) until ``seconds`` pass: (steps, records, s)."""
+    """Run ``step`` (returns records written) until ``seconds`` pass: (steps, records, s);
+    in a counted run, ``_COUNT`` steps under a counting backend instead."""
+    if _COUNT[0]:
+        fs = _Counting()
+        with _io.use_backend(fs):
+            for _ in range(_COUNT[0]):
+                step()
+        _COUNTED["last"] = (fs.fsyncs / _COUNT[0], fs.dirsyncs / _COUNT[0])
+        return _COUNT[0], 0, 1.0
     steps = records = 0
     t0 = time.perf_counter()
     while (elapsed := time.perf_counter() - t0) < seconds:
@@ -88,6 +119,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--count", type=int, default=20, help="steps of the fsync-counting run")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="embedlog-bench-txn-")
     runs: list[tuple[str, Callable[[str], tuple[int, int, float]]]] = [
@@ -98,10 +130,16 @@ def main() -> None:
         ("plain-durable-batch", lambda d: plain_batch(d, 1000, args.seconds)),
     ]
     try:
-        print(f"{'workload':<22}{'steps/s':>12}{'records/s':>14}")
+        print(f"{'workload':<22}{'steps/s':>12}{'records/s':>14}{'fsyncs/step':>13}"
+              f"{'dirsyncs/step':>15}")
         for name, fn in runs:
             steps, records, elapsed = fn(f"{root}/{name}")
-            print(f"{name:<22}{steps / elapsed:>12.1f}{records / elapsed:>14.0f}")
+            _COUNT[0] = args.count
+            fn(f"{root}/{name}-counted")
+            _COUNT[0] = 0
+            fsyncs, dirsyncs = _COUNTED["last"]
+            print(f"{name:<22}{steps / elapsed:>12.1f}{records / elapsed:>14.0f}"
+                  f"{fsyncs:>13.1f}{dirsyncs:>15.1f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -64,6 +64,7 @@ class LogFolder(_fork.ForkGuard):
         self._writer_lock: WriterLock | None = None
         self._create = create
         self._txn: TxnCoordinator | None = None
+        self._clean_open = False
 
     # ------------------------------------------------------------------ open / close
 
@@ -75,7 +76,7 @@ class LogFolder(_fork.ForkGuard):
         self._writer_lock = WriterLock(self.path)
         self._writer_lock.acquire()
         try:
-            clean = metadata.take_clean_marker(self.path)
+            clean = self._clean_open = metadata.take_clean_marker(self.path)
             self._topics.load()
             self._topics.recover(clean)
             if TxnCoordinator.present(self.path):
@@ -126,8 +127,13 @@ class LogFolder(_fork.ForkGuard):
         return any(p.poisoned is not None for p in self._topics.partitions())
 
     def _close_partitions(self) -> None:
-        for p in self._topics.partitions():
-            p.close()
+        """Close the transaction state log (synced) and every partition."""
+        try:
+            if self._txn is not None:
+                self._txn.close()
+        finally:
+            for p in self._topics.partitions():
+                p.close()
 
     @property
     def closed(self) -> bool:
@@ -181,7 +187,7 @@ class LogFolder(_fork.ForkGuard):
             if self._txn is None:
                 self._txn = TxnCoordinator(self, lambda: max(
                     (p.max_producer_id() for t in self._topics.by_name.values()
-                     for p in t.partitions), default=-1))
+                     for p in t.partitions), default=-1), clean=self._clean_open)
             return self._txn
 
     def __repr__(self) -> str:

@@ -1,26 +1,34 @@
 """The transaction coordinator: each transactional id's producer id, epoch and transaction.
 
-Kafka keeps this in the ``__transaction_state`` topic; embedlog keeps it in one file of the
-log folder, ``embedlog.transactions`` (:data:`embedlog.naming.TXN_STATE_FILE`), replaced
-atomically (:func:`embedlog._io.write_atomic`) at every state change. Layout (JSON)::
+Kafka keeps this in the ``__transaction_state`` topic; embedlog keeps it in the log folder's
+state log ``embedlog.transactions`` (:mod:`embedlog.txn_state_log`: append-only, CRC-framed,
+compacted), one record per state change of an id, the latest record of an id being its entry::
 
-    {"version": 1, "transactions": {"<transactional id>": {
-        "producer_id": 7, "epoch": 3, "state": "Ongoing", "timeout_ms": 60000,
-        "started_ms": 1700000000000,
-        "partitions": [["orders", 0], ...],
-        "offsets": {"<group>": [["input", 0, 1042], ...]}}}}
+    {"producer_id": 7, "epoch": 3, "state": "Ongoing", "timeout_ms": 60000,
+     "started_ms": 1700000000000, "last_ms": 1700000000000,
+     "partitions": [["orders", 0], ...],
+     "offsets": {"<group>": [["input", 0, 1042], ...]}}
 
 The protocol is Kafka's two-phase commit:
 
-1. ``Empty``/``Complete*`` -> ``Ongoing``: a partition is recorded (and the file made durable)
-   **before** the transaction's first batch reaches it, and group offsets before they are
-   accepted; so the file always names every partition that may hold the transaction's data;
+1. ``Empty``/``Complete*`` -> ``Ongoing``: a partition is recorded, and the record fsynced,
+   **before** the transaction's first batch reaches it; so the state log always names every
+   partition that may hold the transaction's data. Group offsets are recorded without an
+   fsync: only a commit decision, which carries them too, makes them count;
 2. ``PrepareCommit``/``PrepareAbort``: written once every data batch is durable. This is the
-   decision: from here on the transaction completes that way whatever happens;
+   decision: from here on the transaction completes that way whatever happens. A commit
+   decision is fsynced before any marker; an abort decision is not (a crash before it is
+   durable leaves ``Ongoing``, which recovery aborts: the same outcome);
 3. the markers (a COMMIT or ABORT control batch of the producer id and epoch) are appended to
    every recorded partition and fsynced; on commit the group offsets are merged into the
    groups' committed offsets;
-4. ``CompleteCommit``/``CompleteAbort``, partitions and offsets emptied.
+4. ``CompleteCommit``/``CompleteAbort``, partitions and offsets emptied. This record rides on the
+   state log's next fsync (every later fsynced record follows it in the file), except after
+   group offsets were committed: then it is fsynced, since a replayed commit must never undo a
+   newer offset a consumer committed since.
+
+So a commit of a transaction over ``n`` partitions costs ``2n + 2`` fsyncs (partitions recorded,
+data, decision, markers) and no file creation or rename; an abort ``n + 1``.
 
 A crash anywhere is settled when the log is next opened for writing (:meth:`recover`): a
 ``Prepare*`` state is carried forward (markers only where the producer's transaction is still
@@ -32,18 +40,21 @@ when the epoch would overflow), after settling what the older producer left. A p
 epoch is no longer the id's current one gets :class:`~embedlog.errors.ProducerFencedError` from
 every call. A transaction open longer than its ``timeout_ms`` is aborted and its producer
 fenced the next time the coordinator is used (Kafka's ``transaction.timeout.ms``).
+
+**Expiration** (Kafka's ``transactional.id.expiration.ms``, default 7 days): an id with no
+transaction open and no activity (``last_ms``: its last init, record or end) for that long is
+forgotten, the next time the coordinator is used; a producer of it is then fenced, and a new
+``init_transactions`` of the id gets a new producer id.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from . import _io
 from .errors import CorruptCheckpointError, ProducerFencedError, UnknownTopicError, UsageError
 from .groups import OffsetStore, group_directory
 from .naming import TXN_STATE_FILE
@@ -52,14 +63,15 @@ from .producer_state import allocate_producer_id
 from .records import TopicPartition
 from .segment import format as fmt
 from .transactions import aborted_ranges
+from .txn_state_log import TxnStateLog
 
-__all__ = ["TxnCoordinator", "TxnEntry", "write_marker"]
+__all__ = ["TRANSACTIONAL_ID_EXPIRATION_MS", "TxnCoordinator", "TxnEntry", "write_marker"]
 
-_VERSION: Final = 1
-_MAX_STATE_BYTES: Final = 64 * 1024 * 1024
-"""The most bytes of ``embedlog.transactions`` read (a regular file only, never followed)."""
+TRANSACTIONAL_ID_EXPIRATION_MS: Final = 7 * 24 * 3600 * 1000
+"""Kafka's default ``transactional.id.expiration.ms`` (7 days)."""
 _STATES: Final = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
                             "CompleteCommit", "CompleteAbort"})
+_IDLE: Final = frozenset({"Empty", "CompleteCommit", "CompleteAbort"})
 _MAX_EPOCH: Final = 32766
 
 
@@ -72,13 +84,14 @@ class _TxnLog(Protocol):
 
 @dataclass(slots=True)
 class TxnEntry:
-    """One transactional id's row of the state file."""
+    """One transactional id's entry (the value of its records in the state log)."""
 
     producer_id: int
     epoch: int
     state: str = "Empty"
     timeout_ms: int = 60000
     started_ms: int = -1
+    last_ms: int = -1
     partitions: list[tuple[str, int]] = field(default_factory=list)
     offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
 
@@ -86,6 +99,7 @@ class TxnEntry:
         return {
             "producer_id": self.producer_id, "epoch": self.epoch, "state": self.state,
             "timeout_ms": self.timeout_ms, "started_ms": self.started_ms,
+            "last_ms": self.last_ms,
             "partitions": [list(tp) for tp in self.partitions],
             "offsets": {g: [[t, p, o] for (t, p), o in offs.items()]
                         for g, offs in self.offsets.items()},
@@ -93,17 +107,19 @@ class TxnEntry:
 
     @classmethod
     def from_json(cls, raw: Any) -> TxnEntry:
-        """Parse one row; ValueError/TypeError/KeyError on anything malformed."""
+        """Parse one row; ValueError/TypeError/KeyError on anything malformed (``last_ms`` is
+        -1 when absent: a legacy file's row)."""
         state = raw["state"]
         if state not in _STATES:
             raise ValueError(f"unknown state {state!r}")
         ints = [raw[k] for k in ("producer_id", "epoch", "timeout_ms", "started_ms")]
+        ints.append(raw.get("last_ms", -1))
         if not all(type(v) is int for v in ints):
             raise TypeError("integer fields expected")
         parts = [(_str(t), _int(p)) for t, p in raw["partitions"]]
         offsets = {_str(g): {(_str(t), _int(p)): _int(o) for t, p, o in rows}
                    for g, rows in raw["offsets"].items()}
-        return cls(ints[0], ints[1], state, ints[2], ints[3], parts, offsets)
+        return cls(ints[0], ints[1], state, ints[2], ints[3], ints[4], parts, offsets)
 
 
 def _str(v: Any) -> str:
@@ -127,14 +143,23 @@ def write_marker(p: Partition, producer_id: int, epoch: int, commit: bool, now: 
 
 
 class TxnCoordinator:
-    """The state file of one log, opened for writing; every method is serialised by ``lock``."""
+    """The transaction state of one log, opened for writing; every method is serialised by
+    ``lock``. ``clean``: the log was last closed cleanly (damage in the state log is then
+    never a torn tail)."""
 
-    def __init__(self, log: _TxnLog, max_producer_id: Callable[[], int]) -> None:
+    def __init__(self, log: _TxnLog, max_producer_id: Callable[[], int], *,
+                 clean: bool = False,
+                 transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS) -> None:
         self.log = log
         self.path = os.path.join(log.path, TXN_STATE_FILE)
         self.lock = threading.RLock()
+        self.id_expiration_ms = transactional_id_expiration_ms
         self._max_producer_id = max_producer_id
-        self.entries: dict[str, TxnEntry] = self._load()
+        self.store = TxnStateLog(self.path)
+        self._changed: dict[str, bool] = {}
+        """Ids whose entry changed since the last :meth:`_persist`, and whether the record
+        must be durable before the caller goes on."""
+        self.entries: dict[str, TxnEntry] = self._load(clean)
 
     # ------------------------------------------------------------------ the file
 
@@ -143,48 +168,65 @@ class TxnCoordinator:
         """Whether the log in ``directory`` has a state file (a coordinator to recover)."""
         return os.path.lexists(os.path.join(directory, TXN_STATE_FILE))
 
-    def _load(self) -> dict[str, TxnEntry]:
-        data = _io.read_regular(self.path, _MAX_STATE_BYTES + 1, error=CorruptCheckpointError)
-        if data is None:
-            return {}
-        if len(data) > _MAX_STATE_BYTES:
-            raise CorruptCheckpointError(f"transaction state is larger than {_MAX_STATE_BYTES} "
-                                         "bytes", path=self.path)
+    def _load(self, clean: bool) -> dict[str, TxnEntry]:
         try:
-            raw = json.loads(data)
-        except ValueError as exc:
-            raise CorruptCheckpointError(f"unreadable transaction state: {exc}",
-                                         path=self.path) from exc
-        try:
-            if raw["version"] != _VERSION:
-                raise ValueError(f"version {raw['version']!r}")
-            return {_str(tid): TxnEntry.from_json(e) for tid, e in raw["transactions"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptCheckpointError(f"malformed transaction state: {exc!r}",
-                                         path=self.path) from exc
+            raw = self.store.open(clean=clean)
+            try:
+                entries = {tid: TxnEntry.from_json(e) for tid, e in raw.items()}
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise CorruptCheckpointError(f"malformed transaction state: {exc!r}",
+                                             path=self.path) from exc
+            now = self.log.clock()
+            for entry in entries.values():
+                if entry.last_ms < 0:  # a legacy file's entry: active as of now
+                    entry.last_ms = now
+            if self.store.legacy:
+                self.store.rewrite({t: e.to_json() for t, e in entries.items()})
+            return entries
+        except BaseException:
+            self.store.abandon()
+            raise
+
+    def _touch(self, tid: str, *, durable: bool = False) -> None:
+        """Note that ``tid``'s entry changed (``durable``: its record must reach the disk
+        before the caller goes on)."""
+        self._changed[tid] = self._changed.get(tid, False) or durable
 
     def _persist(self) -> None:
-        body = {"version": _VERSION,
-                "transactions": {t: e.to_json() for t, e in sorted(self.entries.items())}}
-        _io.write_atomic(self.path, json.dumps(body, sort_keys=True).encode())
+        """Append one record per entry changed since the last call (a removed entry's record
+        forgets the id); fsync when one of them must be durable (module notes)."""
+        changed, self._changed = self._changed, {}
+        for tid in changed:
+            entry = self.entries.get(tid)
+            self.store.append(tid, None if entry is None else entry.to_json(), sync=False)
+        if any(changed.values()):
+            self.store.sync()
+
+    def close(self) -> None:
+        """Make the state durable and close the file (the log's clean close)."""
+        with self.lock:
+            self.store.close()
 
     # ------------------------------------------------------------------ recovery
 
     def recover(self) -> None:
         """Settle what a crashed writer left: complete ``Prepare*``, abort ``Ongoing``."""
         with self.lock:
-            for entry in self.entries.values():
-                self._settle(entry, recovering=True)
+            for tid in list(self.entries):
+                self._settle(tid, recovering=True)
 
-    def _settle(self, entry: TxnEntry, *, recovering: bool) -> None:
+    def _settle(self, tid: str, *, recovering: bool) -> None:
+        entry = self.entries[tid]
         if entry.state == "Ongoing":
-            entry.state = "PrepareAbort"
+            entry.state = "PrepareAbort"  # no fsync: a lost abort decision is an abort again
+            self._touch(tid)
             self._persist()
         if entry.state in ("PrepareCommit", "PrepareAbort"):
-            self._complete(entry, recovering=recovering)
+            self._complete(tid, recovering=recovering)
 
-    def _complete(self, entry: TxnEntry, *, recovering: bool) -> None:
+    def _complete(self, tid: str, *, recovering: bool) -> None:
         """Phase 2: markers everywhere (durable), group offsets on commit, then Complete."""
+        entry = self.entries[tid]
         commit = entry.state == "PrepareCommit"
         now = self.log.clock()
         for topic, index in entry.partitions:
@@ -197,13 +239,17 @@ class TxnCoordinator:
                 continue
             write_marker(p, entry.producer_id, entry.epoch, commit, now)
             p.sync()
+        offsets = commit and bool(entry.offsets)
         if commit:
-            for group, offsets in entry.offsets.items():
+            for group, rows in entry.offsets.items():
                 gdir = group_directory(self.log.path, group)
                 OffsetStore(gdir, f"{gdir}/lock").commit(
-                    {TopicPartition(t, p): o for (t, p), o in offsets.items()})
+                    {TopicPartition(t, p): o for (t, p), o in rows.items()})
         entry.state = "CompleteCommit" if commit else "CompleteAbort"
         entry.partitions, entry.offsets, entry.started_ms = [], {}, -1
+        # Complete rides on the next fsync, unless group offsets were committed: a consumer
+        # may commit newer ones at once, which a replayed commit must never undo.
+        self._touch(tid, durable=offsets)
         self._persist()
 
     # ------------------------------------------------------------------ producers
@@ -215,14 +261,15 @@ class TxnCoordinator:
             self._expire()
             entry = self.entries.get(transactional_id)
             if entry is not None:
-                self._settle(entry, recovering=True)
+                self._settle(transactional_id, recovering=True)
             if entry is None or entry.epoch >= _MAX_EPOCH:
                 pid = allocate_producer_id(self.log.path, self._max_producer_id)
                 entry = TxnEntry(pid, 0)
             else:
                 entry = TxnEntry(entry.producer_id, entry.epoch + 1)
-            entry.timeout_ms = timeout_ms
+            entry.timeout_ms, entry.last_ms = timeout_ms, self.log.clock()
             self.entries[transactional_id] = entry
+            self._touch(transactional_id)  # durable with the first partition recorded
             self._persist()
             return entry.producer_id, entry.epoch
 
@@ -233,21 +280,30 @@ class TxnCoordinator:
         if entry is None or entry.producer_id != pid or entry.epoch != epoch:
             raise ProducerFencedError(
                 f"transactional id {tid!r}: producer {pid} epoch {epoch} was fenced by a newer "
-                "producer (or its transaction timed out)"
+                "producer (or its transaction timed out, or the id expired)"
             )
+        entry.last_ms = self.log.clock()
         return entry
 
     def _expire(self) -> None:
+        """Abort (and fence) transactions open past their timeout; forget ids idle past
+        ``transactional.id.expiration.ms`` (their producers are fenced)."""
         now = self.log.clock()
-        for entry in self.entries.values():
+        for tid, entry in list(self.entries.items()):
             if entry.state == "Ongoing" and now - entry.started_ms > entry.timeout_ms:
-                self._settle(entry, recovering=False)
+                self._settle(tid, recovering=False)
                 entry.epoch += 1  # fence the producer that let it time out
-                self._persist()
+                self._touch(tid)
+            elif entry.state in _IDLE and now - entry.last_ms >= self.id_expiration_ms:
+                del self.entries[tid]
+                self._touch(tid)
+        if self._changed:
+            self._persist()
 
-    def _ongoing(self, entry: TxnEntry) -> None:
+    def _ongoing(self, tid: str, entry: TxnEntry) -> None:
         if entry.state != "Ongoing":
             entry.state, entry.started_ms = "Ongoing", self.log.clock()
+        self._touch(tid)
 
     def add_partitions(self, tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]) -> None:
         """Record partitions the transaction is about to write (durable on return)."""
@@ -255,17 +311,19 @@ class TxnCoordinator:
             entry = self._current(tid, pid, epoch)
             new = [tp for tp in tps if tp not in entry.partitions]
             if new or entry.state != "Ongoing":
-                self._ongoing(entry)
+                self._ongoing(tid, entry)
                 entry.partitions.extend(new)
+                self._touch(tid, durable=True)
                 self._persist()
 
     def add_offsets(self, tid: str, pid: int, epoch: int, group: str,
                     offsets: Mapping[tuple[str, int], int]) -> None:
-        """Record group offsets to commit with the transaction (durable on return)."""
+        """Record group offsets to commit with the transaction (durable with the commit
+        decision, which carries them too)."""
         with self.lock:
             entry = self._current(tid, pid, epoch)
             group_directory(self.log.path, group)  # validates the name
-            self._ongoing(entry)
+            self._ongoing(tid, entry)
             entry.offsets.setdefault(group, {}).update(offsets)
             self._persist()
 
@@ -274,7 +332,10 @@ class TxnCoordinator:
         with self.lock:
             entry = self._current(tid, pid, epoch)
             if entry.state != "Ongoing":
+                self._touch(tid)
+                self._persist()
                 return  # nothing was written or sent: an empty transaction
             entry.state = "PrepareCommit" if commit else "PrepareAbort"
+            self._touch(tid, durable=commit)  # the commit decision is durable before a marker
             self._persist()
-            self._complete(entry, recovering=False)
+            self._complete(tid, recovering=False)
