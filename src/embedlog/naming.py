@@ -13,6 +13,7 @@ Layout of a log directory (Kafka's, so Kafka tools read it)::
       .kafka_cleanshutdown               CLEAN_SHUTDOWN_FILE: present only after a clean close
       embedlog.producer-ids              PRODUCER_IDS_FILE: next idempotent producer id
       embedlog.transactions              TXN_STATE_FILE: the transaction coordinator's state
+                                         log (embedlog.txn_state_log)
       .spark-staging/<job>/              SPARK_STAGING_DIR: rows of a Spark write not yet
                                          committed
       __groups/<group>/                  GROUPS_DIR: consumer groups

@@ -28,7 +28,8 @@ The protocol is Kafka's two-phase commit:
    newer offset a consumer committed since.
 
 So a commit of a transaction over ``n`` partitions costs ``2n + 2`` fsyncs (partitions recorded,
-data, decision, markers) and no file creation or rename; an abort ``n + 1``.
+data, decision, markers) and no file creation or rename; an abort ``n + 1`` plus, per
+partition, its ``.txnindex`` entry.
 
 A crash anywhere is settled when the log is next opened for writing (:meth:`recover`): a
 ``Prepare*`` state is carried forward (markers only where the producer's transaction is still
