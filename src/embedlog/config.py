@@ -161,6 +161,8 @@ _UPKEEP_NAMES = {
     "log.retention.check.interval.ms": "retention_check_interval_ms",
     "log.cleaner.enable": "cleaner_enable",
     "log.cleaner.backoff.ms": "cleaner_backoff_ms",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "producer.id.expiration.ms": "producer_id_expiration_ms",
 }
 
 
@@ -178,6 +180,14 @@ class UpkeepConfig:
     """``log.cleaner.enable``: run the log cleaner on compacted topics."""
     cleaner_backoff_ms: int = 15 * 1000
     """``log.cleaner.backoff.ms``: the pause between two cleaner rounds (15 s)."""
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    """``transactional.id.expiration.ms``: a transactional id with no transaction open and no
+    activity for this long is forgotten (7 days; applied whenever the transaction coordinator
+    is used, with or without the upkeep thread)."""
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    """``producer.id.expiration.ms``: a partition forgets the sequence state of a producer that
+    wrote nothing to it for this long (1 day; applied as batches are appended, with or without
+    the upkeep thread)."""
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any]) -> UpkeepConfig:

@@ -70,6 +70,8 @@ class Log(LogFolder):
         self._upkeep = Upkeep(upkeep, self._topics.healthy,
                               lambda *a: self._compaction().clean_round(*a),
                               writable=not read_only, clock=self.clock)
+        self._expirations(self._upkeep.config.transactional_id_expiration_ms,
+                          self._upkeep.config.producer_id_expiration_ms)
         self._open(adopt)
         self._track_forks()
         self._upkeep.start()

@@ -41,7 +41,7 @@ from .naming import validate_topic
 from .partition import Partition, now_ms
 from .records import TopicPartition
 from .topics import Topic, TopicTable
-from .txn_coordinator import TxnCoordinator
+from .txn_coordinator import TRANSACTIONAL_ID_EXPIRATION_MS, TxnCoordinator
 
 __all__ = ["LogFolder"]
 
@@ -65,6 +65,13 @@ class LogFolder(_fork.ForkGuard):
         self._create = create
         self._txn: TxnCoordinator | None = None
         self._clean_open = False
+        self._txn_id_expiration_ms = TRANSACTIONAL_ID_EXPIRATION_MS
+
+    def _expirations(self, transactional_id_ms: int, producer_id_ms: int) -> None:
+        """Set ``transactional.id.expiration.ms`` and ``producer.id.expiration.ms`` (before
+        the open)."""
+        self._txn_id_expiration_ms = transactional_id_ms
+        self._topics.producer_id_expiration_ms = producer_id_ms
 
     # ------------------------------------------------------------------ open / close
 
@@ -187,7 +194,8 @@ class LogFolder(_fork.ForkGuard):
             if self._txn is None:
                 self._txn = TxnCoordinator(self, lambda: max(
                     (p.max_producer_id() for t in self._topics.by_name.values()
-                     for p in t.partitions), default=-1), clean=self._clean_open)
+                     for p in t.partitions), default=-1), clean=self._clean_open,
+                    transactional_id_expiration_ms=self._txn_id_expiration_ms)
             return self._txn
 
     def __repr__(self) -> str:

@@ -50,7 +50,7 @@ from .errors import (
 )
 from .group_commit import GroupCommit, Queued
 from .manifest import write_manifest
-from .producer_state import ProducerStateTable
+from .producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerStateTable
 from .records import Record
 from .retention import expired
 from .segment import format as fmt
@@ -131,6 +131,8 @@ class Partition:
         self.appended = threading.Condition(self.lock)
         self._reserved: TailBatch | None = None
         self.producer_state: ProducerStateTable | None = None
+        self.producer_id_expiration_ms = PRODUCER_ID_EXPIRATION_MS
+        """``producer.id.expiration.ms`` of the log (set by its topic table)."""
         self._manifest_seen: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ loading
@@ -273,7 +275,9 @@ class Partition:
         fmt.set_base_offset(batch, self.end_offset)
         header = fmt.parse_header(batch, 0)
         if header.producer_id >= 0:
-            duplicate = self.producer_states().check(header)
+            states = self.producer_states()
+            states.expire(self.clock())
+            duplicate = states.check(header)
             if duplicate is not None:
                 return duplicate, self._commit.written
         return header, self._append(batch, header)
@@ -299,7 +303,7 @@ class Partition:
             raise
         self._commit.written += 1
         if header.producer_id >= 0:
-            self.producer_states().update(header, batch)
+            self.producer_states().update(header, batch, now=self.clock())
         self.appended.notify_all()
         return self._commit.written
 
@@ -364,7 +368,8 @@ class Partition:
         """Idempotent producers' sequence state, rebuilt from the batch headers on first use
         after an open (caller holds ``lock``)."""
         if self.producer_state is None:
-            self.producer_state = ProducerStateTable.scan(self.segments)
+            self.producer_state = ProducerStateTable.scan(self.segments,
+                                                          self.producer_id_expiration_ms)
         return self.producer_state
 
     def max_producer_id(self) -> int:

@@ -20,6 +20,13 @@ The state lives in memory only. It is rebuilt from the batch headers of the part
 reopen. Segments deleted by retention take their producers' history with them, exactly as when
 Kafka expires a producer id: such a producer is then treated as new.
 
+**Expiration** (Kafka's ``producer.id.expiration.ms``, default one day): a producer with no
+open transaction that wrote nothing to the partition for that long is dropped from the table
+(:meth:`ProducerStateTable.expire`, run by the partition before it checks a batch, at most once
+per :data:`EXPIRATION_CHECK_MS`); its next batch is checked as a new producer's. A producer's
+last write is the clock at its last append, or, in a table rebuilt from the log, its last
+batch's max timestamp (as Kafka's producer snapshots keep it).
+
 **Producer ids** are allocated from a counter in the log folder, ``embedlog.producer-ids``
 (:data:`embedlog.naming.PRODUCER_IDS_FILE`, format :data:`embedlog.checkpoint.PRODUCER_IDS`),
 replaced atomically and made durable before the id is used. Layout::
@@ -47,6 +54,8 @@ from .segment import format as fmt
 from .transactions import TxnTracker, marker_type
 
 __all__ = [
+    "EXPIRATION_CHECK_MS",
+    "PRODUCER_ID_EXPIRATION_MS",
     "RETAINED_BATCHES",
     "ProducerEntry",
     "ProducerStamp",
@@ -58,6 +67,11 @@ __all__ = [
 RETAINED_BATCHES: Final = 5
 """Batches remembered per producer for duplicate detection (Kafka's
 ``NUM_BATCHES_TO_RETAIN``)."""
+PRODUCER_ID_EXPIRATION_MS: Final = 24 * 3600 * 1000
+"""Kafka's default ``producer.id.expiration.ms`` (1 day)."""
+EXPIRATION_CHECK_MS: Final = 10 * 60 * 1000
+"""How often (at most) a table looks for expired producers: Kafka's default
+``producer.id.expiration.check.interval.ms`` (10 minutes)."""
 
 _INT32_MAX: Final = 2**31 - 1
 _ids_lock = threading.Lock()
@@ -82,26 +96,37 @@ def _last_sequence(header: fmt.BatchHeader) -> int:
 
 @dataclass(slots=True)
 class ProducerEntry:
-    """What one producer id last wrote in a partition."""
+    """What one producer id last wrote in a partition, and when (``last_ms``: the clock at
+    its last append, or its last batch's max timestamp when rebuilt from the log)."""
 
     epoch: int
     last_sequence: int
     batches: deque[fmt.BatchHeader] = field(
         default_factory=lambda: deque(maxlen=RETAINED_BATCHES)
     )
+    last_ms: int = -1
 
 
 class ProducerStateTable:
-    """Producer id -> :class:`ProducerEntry` for one partition (the caller serialises access)."""
+    """Producer id -> :class:`ProducerEntry` for one partition (the caller serialises access).
 
-    def __init__(self) -> None:
+    ``expiration_ms`` is Kafka's ``producer.id.expiration.ms``: :meth:`expire` drops a producer
+    with no open transaction whose last write is that old, so that its next batch is checked as
+    a new producer's (any sequence), as Kafka does.
+    """
+
+    def __init__(self, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self.entries: dict[int, ProducerEntry] = {}
         self.txns = TxnTracker(keep=False)
+        self.expiration_ms = expiration_ms
+        self._max_pid = -1
+        self._next_check: int | None = None
 
     @classmethod
-    def scan(cls, segments: Iterable[_BatchSource]) -> ProducerStateTable:
+    def scan(cls, segments: Iterable[_BatchSource],
+             expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> ProducerStateTable:
         """The state rebuilt from every batch header of ``segments`` (oldest first)."""
-        table = cls()
+        table = cls(expiration_ms)
         for seg in segments:
             for buf, p, header in seg.batches(0, verify=False):
                 if header.producer_id >= 0:
@@ -110,8 +135,21 @@ class ProducerStateTable:
 
     @property
     def max_producer_id(self) -> int:
-        """The largest producer id seen, or -1."""
-        return max(self.entries, default=-1)
+        """The largest producer id seen (expired ones included), or -1."""
+        return self._max_pid
+
+    def expire(self, now: int) -> list[int]:
+        """Drop the producers idle for ``expiration_ms`` at ``now`` (none with an open
+        transaction); looks at most once per :data:`EXPIRATION_CHECK_MS` (or per
+        ``expiration_ms``, if shorter). Returns the producer ids dropped."""
+        if self._next_check is not None and now < self._next_check:
+            return []
+        self._next_check = now + min(EXPIRATION_CHECK_MS, self.expiration_ms)
+        doomed = [pid for pid, e in self.entries.items()
+                  if pid not in self.txns.open and now - e.last_ms >= self.expiration_ms]
+        for pid in doomed:
+            del self.entries[pid]
+        return doomed
 
     def check(self, header: fmt.BatchHeader) -> fmt.BatchHeader | None:
         """Validate a batch about to be appended: ``None`` to write it, the stored header if it
@@ -159,19 +197,21 @@ class ProducerStateTable:
             header.last_offset, min(others.values(), default=header.last_offset + 1))
 
     def update(self, header: fmt.BatchHeader, raw: bytes | bytearray | memoryview = b"",
-               position: int = 0) -> None:
-        """Record a batch that was appended (or found in the log); ``raw[position:]`` holds
-        it (read for the type of a marker)."""
+               position: int = 0, now: int | None = None) -> None:
+        """Record a batch that was appended at ``now`` (``None``: found in the log, as of its
+        max timestamp); ``raw[position:]`` holds it (read for the type of a marker)."""
         if header.is_control:
             self.txns.on_marker(header, _marker_kind(header, raw, position))
         else:
             self.txns.on_data(header)
         pid = header.producer_id
+        self._max_pid = max(self._max_pid, pid)
         entry = self.entries.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.entries[pid] = ProducerEntry(header.producer_epoch, -1)
         elif header.producer_epoch < entry.epoch:
             return
+        entry.last_ms = max(entry.last_ms, header.max_timestamp if now is None else now)
         if header.is_control or header.base_sequence < 0:
             return
         entry.last_sequence = _last_sequence(header)

@@ -34,6 +34,7 @@ from .naming import (
     partition_dir_name,
 )
 from .partition import Partition
+from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .records import TopicPartition
 
 __all__ = ["Topic", "TopicTable"]
@@ -63,6 +64,8 @@ class TopicTable:
         self.writable = writable
         self.fsync = fsync
         self.clock = clock
+        self.producer_id_expiration_ms = PRODUCER_ID_EXPIRATION_MS
+        """``producer.id.expiration.ms`` given to the partitions (set before any is made)."""
         self.by_name: dict[str, Topic] = {}
         self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
         self._start_watch = metadata.StartOffsetWatch(root)
@@ -143,6 +146,7 @@ class TopicTable:
             start_offset_source=None if self.writable else self._persisted_start_offset,
         )
         p.settings = dataclasses.replace(p.settings, dense_tail=dense)
+        p.producer_id_expiration_ms = self.producer_id_expiration_ms
         return p
 
     def _persisted_start_offset(self, p: Partition) -> int | None:
