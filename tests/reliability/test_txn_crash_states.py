@@ -33,6 +33,7 @@ import pytest
 
 import embedlog
 from embedlog import TopicPartition, _io
+from embedlog import txn_coordinator as coord
 from embedlog import txn_state_log as tsl
 from embedlog.naming import TXN_STATE_FILE
 
@@ -257,3 +258,22 @@ def test_crash_during_state_log_compaction(monkeypatch: pytest.MonkeyPatch) -> N
     _, fs = _record(earlier=True)
     assert [op for op in fs.ops if op.kind == "rename" and op.name2 == TXN_STATE_FILE]
     assert _run(6, earlier=True) > 60
+
+
+@pytest.mark.parametrize("state", ["Ongoing", "PrepareCommit"])
+def test_explorer_finds_a_missing_fsync(monkeypatch: pytest.MonkeyPatch, state: str) -> None:
+    """Mutation check of this explorer: without the fsync of the partitions record (data may
+    then be durable with no record of its transaction: it stays open) or of the commit decision
+    (markers may then be durable with the decision lost: committed in some partitions only),
+    some crash state breaks an invariant."""
+    real = coord.TxnCoordinator._touch
+
+    def touch(self: coord.TxnCoordinator, tid: str, *, durable: bool = False) -> None:
+        entry = self.entries.get(tid)
+        real(self, tid, durable=durable and (entry is None or entry.state != state))
+
+    monkeypatch.setattr(coord.TxnCoordinator, "_touch", touch)
+    found = [f for _, f in _explore(3, earlier=True, only_a=True) if f]
+    assert found
+    wanted = "stays open" if state == "Ongoing" else "in some partitions only"
+    assert any(wanted in problem for f in found for problem in f), found[:3]
