@@ -1,6 +1,6 @@
 """Transactions per second and records per second of the transactional producer, durable.
 
-    python benches/bench_txn.py [--seconds 3] [--partitions 1]
+    python benches/bench_txn.py [--seconds 3] [--partitions 1] [--only txn-1,plain-durable]
 
 Workloads (100 B values, log durability "fsync"):
   txn-1, txn-10, txn-1000   transactions of 1, 10 and 1,000 records, each committed
@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--count", type=int, default=20, help="steps of the fsync-counting run")
+    ap.add_argument("--only", default="", help="comma-separated workloads to run (default all)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="embedlog-bench-txn-")
     runs: list[tuple[str, Callable[[str], tuple[int, int, float]]]] = [
@@ -129,6 +130,8 @@ def main() -> None:
         ("plain-durable", lambda d: plain(d, 1, args.partitions, args.seconds)),
         ("plain-durable-batch", lambda d: plain_batch(d, 1000, args.seconds)),
     ]
+    if args.only:
+        runs = [r for r in runs if r[0] in args.only.split(",")]
     try:
         print(f"{'workload':<22}{'steps/s':>12}{'records/s':>14}{'fsyncs/step':>13}"
               f"{'dirsyncs/step':>15}")
