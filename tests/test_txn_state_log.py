@@ -162,6 +162,7 @@ def test_compaction_keeps_the_live_state(tmp_path: pathlib.Path,
     for i in range(200):
         store.append(f"k{i % 3}", {"i": i}, sync=i % 7 == 0)
         live = store._live_bytes()
+        assert live == len(tsl.MAGIC) + sum(store.live.values())
         assert store.size <= tsl.COMPACT_RATIO * live + 200  # bounded by the live state
     store.append("k0", None, sync=False)
     store.close()

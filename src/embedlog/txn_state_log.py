@@ -178,6 +178,7 @@ class TxnStateLog:
         self.size = 0
         self.durable = 0
         self.live: dict[str, int] = {}
+        self._live_total = len(MAGIC)
         self.legacy = False
         self._values: dict[str, bytes] = {}
         self._fd = -1
@@ -203,12 +204,10 @@ class TxnStateLog:
             key, value = _parse(payload, self.path)
             if value is None:
                 values.pop(key, None)
-                self.live.pop(key, None)
-                self._values.pop(key, None)
+                self._set_live(key, None)
             else:
                 values[key] = value
-                self.live[key] = length
-                self._values[key] = payload
+                self._set_live(key, length, payload)
         self._fd = _io.open_file(self.path, os.O_WRONLY)
         if found.torn is not None:
             log.warning("cutting the torn tail of %s at byte %d: %s", self.path,
@@ -248,12 +247,7 @@ class TxnStateLog:
                 raise UsageError(f"transaction state would exceed {MAX_FILE} bytes")
         _io.pwrite(self._fd, frame, self.size)
         self.size += len(frame)
-        if value is None:
-            self.live.pop(key, None)
-            self._values.pop(key, None)
-        else:
-            self.live[key] = len(frame)
-            self._values[key] = frame[FRAME_HEADER:]
+        self._set_live(key, None if value is None else len(frame), frame[FRAME_HEADER:])
         if sync:
             self.sync()
 
@@ -267,16 +261,15 @@ class TxnStateLog:
         """Replace the file, atomically, by one frame per live key (``values``: replace the
         live state by these values first, as a legacy file's migration does)."""
         if values is not None:
-            self._values = {}
-            self.live = {}
+            self._values, self.live, self._live_total = {}, {}, len(MAGIC)
             for key, value in values.items():
-                self._values[key] = encode_frame(key, value, 0)[FRAME_HEADER:]
+                frame = encode_frame(key, value, 0)
+                self._set_live(key, len(frame), frame[FRAME_HEADER:])
         frames = [MAGIC]
-        for key, payload in self._values.items():
+        for payload in self._values.values():
             head = _HEAD.pack(FRAME_MAGIC, len(payload), 0)
             frames.append(head + _CRCS.pack(crc32c.crc32c(head), crc32c.crc32c(payload))
                           + payload)
-            self.live[key] = len(frames[-1])
         body = b"".join(frames)
         if len(body) > MAX_FILE:
             raise UsageError(f"transaction state would exceed {MAX_FILE} bytes")
@@ -287,7 +280,16 @@ class TxnStateLog:
         self.legacy = False
 
     def _live_bytes(self) -> int:
-        return len(MAGIC) + sum(self.live.values())
+        return self._live_total
+
+    def _set_live(self, key: str, length: int | None, payload: bytes = b"") -> None:
+        """``key``'s last frame is ``length`` bytes with ``payload`` (``None``: forgotten)."""
+        self._live_total -= self.live.pop(key, 0)
+        self._values.pop(key, None)
+        if length is not None:
+            self.live[key] = length
+            self._values[key] = payload
+            self._live_total += length
 
 
 def _legacy(data: bytes, path: str) -> dict[str, dict[str, Any]]:
