@@ -38,6 +38,7 @@ from embedlog import txn_state_log as tsl
 from embedlog.naming import TXN_STATE_FILE
 
 from .crash_states import crash_states, write_image
+from .parallel import pmap, workers
 from .recording import RecordingFS
 from .workloads import scratch_dir
 
@@ -212,17 +213,32 @@ def _record(*, earlier: bool) -> tuple[str, RecordingFS]:
     return root, fs
 
 
+_TRACE: list[tuple[str, RecordingFS, int, range | None]] = []
+"""The trace being explored (root, recording, states per crash point, points), set before the
+worker processes fork."""
+
+
 def _explore(max_per_point: int, *, earlier: bool, only_a: bool = False
              ) -> Iterator[tuple[str, list[str]]]:
     root, fs = _record(earlier=earlier)
+    _TRACE[:] = [(root, fs, max_per_point, _commit_of_a(fs) if only_a else None)]
+    return _shard((0, 1))
+
+
+def _shard(job: tuple[int, int]) -> Iterator[tuple[str, list[str]]]:
+    """Check the crash states ``index``, ``index + count``, ... of the trace in ``_TRACE``."""
+    index, count = job
+    root, fs, max_per_point, points = _TRACE[0]
     promised, folded = _Promised(), 0
-    points = _commit_of_a(fs) if only_a else None
-    for state in crash_states(fs.base, fs.ops, max_per_point=max_per_point, points=points):
+    states = crash_states(fs.base, fs.ops, max_per_point=max_per_point, points=points)
+    for i, state in enumerate(states):
         while folded <= state.point:
             if fs.ops[folded].kind == "mark":
                 promised.fold(fs.ops[folded].info)
             folded += 1
-        target = f"{root}-state"
+        if i % count != index:
+            continue
+        target = f"{root}-state-{index}"
         os.mkdir(target)
         try:
             write_image(state, target)
@@ -232,11 +248,26 @@ def _explore(max_per_point: int, *, earlier: bool, only_a: bool = False
         yield f"crash after op {state.point} ({fs.ops[state.point]}); {state.choice}", found
 
 
-def _run(max_per_point: int, *, earlier: bool, only_a: bool = False) -> int:
+def _checked_shard(job: tuple[int, int]) -> tuple[int, list[str]]:
+    """A worker's share: how many states it checked, and the first failure."""
     states = 0
-    for where, found in _explore(max_per_point, earlier=earlier, only_a=only_a):
+    for where, found in _shard(job):
         states += 1
-        assert not found, f"{where}: {' | '.join(found)}"
+        if found:
+            return states, [f"{where}: {' | '.join(found)}"]
+    return states, []
+
+
+def _run(max_per_point: int, *, earlier: bool, only_a: bool = False) -> int:
+    """Explore the trace over the worker processes; the number of crash states checked."""
+    root, fs = _record(earlier=earlier)
+    _TRACE[:] = [(root, fs, max_per_point, _commit_of_a(fs) if only_a else None)]
+    n = workers()
+    states = 0
+    for count, failures in pmap(_checked_shard, [(i, n) for i in range(n)],
+                                stop=lambda r: bool(r[1])):
+        assert not failures, failures[0]
+        states += count
     return states
 
 
