@@ -7,7 +7,8 @@ Invariants (issue 7):
 2. every record returned is byte-identical (key, value, headers, timestamp) to the record
    appended at that offset -- nothing corrupt or invented;
 3. offsets strictly increase, lie in ``[log start, log end)``, and no offset is missing in that
-   range unless an intended compaction superseded its key;
+   range unless an intended compaction superseded its key or a transaction marker may hold it;
+   no transaction stays open (the last stable offset is the log end);
 4. every acknowledged record is present unless an intended retention/deletion covered it;
 5. the log start never falls below an acknowledged start, nor a committed group offset below an
    acknowledged commit;
@@ -41,6 +42,8 @@ class Promises:
     commits: dict[TP, int] = field(default_factory=dict)
     topics: set[str] = field(default_factory=set)
     attempted: dict[TP, set[int]] = field(default_factory=dict)
+    controls: dict[TP, set[int]] = field(default_factory=dict)
+    """Offsets a transaction marker may hold (no record is read there)."""
 
     @classmethod
     def from_truth(cls, truth: Truth) -> Promises:
@@ -58,6 +61,7 @@ class Promises:
             dict(self.commits),
             set(self.topics),
             {tp: set(s) for tp, s in self.attempted.items()},
+            {tp: set(s) for tp, s in self.controls.items()},
         )
 
     def key(self, truth: Truth) -> str:
@@ -68,7 +72,7 @@ class Promises:
         return repr((sorted((tp, sorted(s)) for tp, s in self.acked.items()),
                      sorted(self.acked_start.items()), sorted(self.intent_start.items()),
                      sorted(self.compacting), sorted(self.commits.items()), sorted(self.topics),
-                     records))
+                     records, sorted((tp, sorted(s)) for tp, s in self.controls.items())))
 
     def fold(self, info: dict[str, Any]) -> None:
         kind = info["kind"]
@@ -81,6 +85,8 @@ class Promises:
         tp: TP = (info.get("topic", ""), info.get("partition", -1))
         if kind == "attempt":
             self.attempted.setdefault(tp, set()).update(info["offsets"])
+        elif kind == "attempt_control":
+            self.controls.setdefault(tp, set()).add(info["offset"])
         elif kind == "ack":
             self.acked.setdefault(tp, set()).update(info["offsets"])
         elif kind == "ack_start":
@@ -132,12 +138,13 @@ def _check_partition(
                                                                    present):
             problems.append(f"{where}: acknowledged record {o} lost (log holds [{start}, {end}))")
             break
-    if end - start > len(expected) + 1:
+    controls = promises.controls.get(tp, set())
+    if end - start > len(expected) + len(controls) + 1:
         problems.append(f"{where}: [{start}, {end}) is larger than everything ever appended")
     else:
         for o in range(start, end):
-            if o not in present and not (o in expected and _compacted(o, tp, truth, promises,
-                                                                      present)):
+            if o not in present and o not in controls and not (
+                    o in expected and _compacted(o, tp, truth, promises, present)):
                 problems.append(f"{where}: hole at offset {o} inside [{start}, {end})")
                 break
     if start < promises.acked_start.get(tp, 0):
@@ -175,6 +182,8 @@ def check_state(path: str, truth: Truth, promises: Promises) -> list[str]:
             for p in range(count):
                 found, got = _check_partition(log, topic, p, truth, promises)
                 problems += found
+                if log.last_stable_offset(topic, p) != log.end_offset(topic, p):
+                    problems.append(f"{topic}-{p}: a transaction stays open")
                 seen[(topic, p)] = got
         problems += _check_commits(log, promises)
         if problems:

@@ -123,11 +123,12 @@ def _check_trace(workload: Workload, fs: RecordingFS, truth: Truth, result: Resu
 
 
 def _truth_before(truth: Truth, fs: RecordingFS) -> Truth:
-    """The records that existed before recording began (the setup's, all acknowledged)."""
+    """The records that existed before recording began (the setup's, all acknowledged): not
+    those the trace attempts (an aborted transaction's never gets acknowledged)."""
     acked_later = {
         (op.info["topic"], op.info["partition"], o)
         for op in fs.ops
-        if op.kind == "mark" and op.info["kind"] == "ack"
+        if op.kind == "mark" and op.info["kind"] in ("ack", "attempt")
         for o in op.info["offsets"]
     }
     created = {op.info["topic"] for op in fs.ops

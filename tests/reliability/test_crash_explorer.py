@@ -116,6 +116,15 @@ def test_longer_random_workloads() -> None:
     assert result.states > 1_000
 
 
+def test_transactions_in_a_workload() -> None:
+    """Committed and aborted transactions among plain appends (markers take offsets, a
+    committed record is acknowledged, nothing stays open)."""
+    ops = ("txn", "append", "txn", "txn")
+    result = explore(Workload("txn+append+txn+txn", ops), max_per_point=6)
+    assert result.violations == []
+    assert result.states > 100
+
+
 def test_created_topic_survives_once_acknowledged() -> None:
     result = explore(Workload("create", ("create", "append")), max_per_point=16)
     assert result.violations == []

@@ -13,8 +13,13 @@ says, for every crash point, what had been acknowledged by then:
 ``ack_commit``     ``group, topic, partition, offset``: a consumer-group commit returned
 ``ack_topic``      ``topic``: create_topic returned
 ``attempt``        ``topic, partition, offsets``: an append is about to write these records
+``attempt_control`` ``topic, partition, offset``: a transaction marker may take this offset
 ``intent_start_offset`` (emitted by the core) records below ``offset`` may disappear
 =================  ===================================================================
+
+The ``txn`` operation (random workloads) writes one record in a transaction of a transactional
+producer and commits it (``ack`` once ``commit_transaction`` returned) or aborts it (never
+acknowledged); its marker's offset is announced as ``attempt_control``.
 
 Every record's key, value, headers and timestamp derive from a counter, and every appended
 record is kept in :class:`Truth` with the offset it got, so a checker can tell a genuine record
@@ -29,6 +34,7 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import embedlog
 from embedlog import _io
@@ -59,7 +65,8 @@ CONFIG: dict[str, object] = {
     "retention.bytes": 500,
 }
 BASE_OPS = ("append", "batch", "roll", "retain", "reopen")
-EXTRA_OPS = ("trim", "create")  # delete_records and create_topic: random workloads only
+EXTRA_OPS = ("trim", "create", "txn")  # delete_records, create_topic, a transaction: random
+# workloads only
 SETUP_RECORDS = 5
 
 
@@ -109,6 +116,7 @@ class Session:
         self.rng = rng
         self.counter = sum(len(r) for r in truth.records.values())
         self.log = embedlog.open(path, durability="fsync", upkeep=False)
+        self.txp: Any = None
 
     def record(self, salt: int = 0) -> Rec:
         i = self.counter
@@ -181,6 +189,28 @@ class Session:
     def reopen(self) -> None:
         self.log.close()
         self.log = embedlog.open(self.path, durability="fsync", upkeep=False)
+        self.txp = None
+
+    def txn(self, topic: str = TOPIC, partition: int = 0) -> None:
+        """One record in a transaction, committed (acknowledged when the commit returns) or,
+        every third time, aborted."""
+        if self.txp is None:
+            self.txp = self.log.producer(transactional_id="w")
+            self.txp.init_transactions()
+        rec = self.record()
+        commit = self.counter % 3 != 0
+        offset = self.log.end_offset(topic, partition)
+        self._attempt(topic, partition, [rec])
+        _io.mark("attempt_control", topic=topic, partition=partition, offset=offset + 1)
+        self.txp.begin_transaction()
+        self.txp.send(topic, rec.value, key=rec.key, headers=rec.headers or None,
+                      timestamp=rec.timestamp, partition=partition)
+        if commit:
+            self.txp.commit_transaction()
+            _io.mark("ack", topic=topic, partition=partition, offsets=[offset])
+        else:
+            self.txp.flush()
+            self.txp.abort_transaction()
 
     def compact(self, topic: str = TOPIC) -> None:
         _io.mark("intent_compact", topic=topic)
@@ -254,6 +284,7 @@ def run(workload: Workload, path: str, truth: Truth) -> None:
         "compact": s.compact,
         "commit": lambda: s.commit(TOPIC, 0),
         "create": s.create,
+        "txn": lambda: s.txn(*s.rng.choice(targets)),
     }
     try:
         for op in workload.ops:
