@@ -121,6 +121,29 @@ def test_damage_before_a_durable_record_is_refused(tmp_path: pathlib.Path, where
     assert path.read_bytes() == bytes(before)  # nothing was cut
 
 
+def _header(length: int, durable: int) -> bytes:
+    import crc32c
+
+    head = tsl._HEAD.pack(tsl.FRAME_MAGIC, length, durable)
+    return head + tsl._CRCS.pack(crc32c.crc32c(head), 0)
+
+
+def test_frame_headers_after_damage(tmp_path: pathlib.Path) -> None:
+    """After damage, only a frame header that claims the damaged byte was durable makes it
+    corruption; headers that claim less (however many, however long their payloads) leave
+    a torn tail, cut."""
+    path = tmp_path / STATE
+    _fresh(path, [("a", {"n": 1}, True)]).close()
+    pos = path.stat().st_size
+    crafted = b"".join(_header(tsl.MAX_FRAME, pos) for _ in range(5000))
+    path.write_bytes(path.read_bytes() + b"\xff" * 7 + crafted)
+    assert _reopen(path) == {"a": {"n": 1}}
+    assert path.stat().st_size == pos
+    path.write_bytes(path.read_bytes() + b"\xff" * 7 + _header(10, pos + 1) + b"x" * 10)
+    with pytest.raises(CorruptCheckpointError, match="durable"):
+        _reopen(path)
+
+
 def test_damaged_tail_after_a_clean_close_is_refused(tmp_path: pathlib.Path) -> None:
     path = tmp_path / STATE
     _fresh(path, [("a", {"n": 1}, False), ("b", {"n": 2}, False)]).close()

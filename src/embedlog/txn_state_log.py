@@ -20,8 +20,10 @@ for writing, so every byte found then counts as durable.
 
 **Torn tail.** After an unclean shutdown only frames appended since the last fsync may be
 damaged: a frame that is incomplete, fails a CRC, or claims a length or a ``durable`` that
-cannot be, is a *torn tail* and cut, with everything after it, when no valid frame after it
-claims it was durable (``durable`` past the bad frame's position). Such a frame, or any damage
+cannot be, is a *torn tail* and cut, with everything after it, when no frame header after it
+(magic and header CRC valid) claims it was durable (``durable`` past the bad frame's
+position): every frame appended after the last completed fsync claims no more than that
+fsync's end. Such a frame, or any damage
 after a clean shutdown (everything was synced by :meth:`TxnStateLog.close`), is corruption:
 :class:`~embedlog.errors.CorruptCheckpointError` (a :class:`~embedlog.errors.CorruptionError`),
 and nothing is changed.
@@ -44,7 +46,7 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -92,31 +94,44 @@ class _Frame:
     payload: bytes
 
 
-def _frame_at(data: bytes, pos: int) -> _Frame | None:
-    """The valid frame at ``pos`` of ``data``, or ``None``."""
+def _header_at(data: bytes, pos: int) -> tuple[int, int] | None:
+    """``(payload length, durable)`` of the frame header at ``pos`` if its magic and CRC hold
+    and it claims what a frame there can (``None`` otherwise); the payload is not read."""
     if pos + FRAME_HEADER > len(data):
         return None
     magic, length, durable = _HEAD.unpack_from(data, pos)
-    hcrc, pcrc = _CRCS.unpack_from(data, pos + _HEAD.size)
+    hcrc = _CRCS.unpack_from(data, pos + _HEAD.size)[0]
     if magic != FRAME_MAGIC or hcrc != crc32c.crc32c(data[pos:pos + _HEAD.size]):
         return None
-    end = pos + FRAME_HEADER + length
-    if not 0 < length <= MAX_FRAME or end > len(data) or durable > pos:
+    if not 0 < length <= MAX_FRAME or durable > pos:
         return None
+    return length, durable
+
+
+def _frame_at(data: bytes, pos: int) -> _Frame | None:
+    """The valid frame at ``pos`` of ``data``, or ``None``."""
+    header = _header_at(data, pos)
+    if header is None:
+        return None
+    length, durable = header
+    end = pos + FRAME_HEADER + length
     payload = data[pos + FRAME_HEADER:end]
-    if crc32c.crc32c(payload) != pcrc:
+    if end > len(data) or crc32c.crc32c(payload) != _CRCS.unpack_from(data, pos + _HEAD.size)[1]:
         return None
     return _Frame(pos, end, durable, payload)
 
 
-def _frames_after(data: bytes, pos: int) -> Iterator[_Frame]:
-    """Every valid frame starting after ``pos`` (found by their magic, then both CRCs)."""
+def _durable_after(data: bytes, pos: int) -> int | None:
+    """The position of a frame header after ``pos`` (found by its magic, then its CRC) that
+    says byte ``pos`` was durable when it was appended, if any. Its header CRC is evidence
+    enough (a payload is not read: damage costs one header check per magic found)."""
     q = data.find(FRAME_MAGIC, pos + 1)
     while q >= 0:
-        frame = _frame_at(data, q)
-        if frame is not None:
-            yield frame
+        header = _header_at(data, q)
+        if header is not None and header[1] > pos:
+            return q
         q = data.find(FRAME_MAGIC, q + 1)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +161,10 @@ def scan(data: bytes, *, path: str, clean: bool) -> Scan:
     if clean:
         raise CorruptCheckpointError("damaged record after a clean shutdown", path=path,
                                      position=pos)
-    for later in _frames_after(data, pos):
-        if later.durable > pos:
-            raise CorruptCheckpointError(
-                f"damaged record before the durable one at byte {later.position}",
-                path=path, position=pos)
+    later = _durable_after(data, pos)
+    if later is not None:
+        raise CorruptCheckpointError(f"damaged record before the durable one at byte {later}",
+                                     path=path, position=pos)
     return Scan(out, pos, f"{len(data) - pos} bytes after the last valid record")
 
 
