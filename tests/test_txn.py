@@ -276,3 +276,32 @@ def test_cli_consume_read_committed(tmp_path: pathlib.Path) -> None:
     assert consume() == ["plain", "committed", "aborted", "open", "after"]
     assert consume("--isolation-level", "read_committed") == ["plain", "committed"]
     lg.close()
+
+
+@pytest.mark.parametrize("fence", ["timeout", "init"])
+def test_fenced_producer_writes_nothing_to_a_partition_it_had_added(
+        tmp_path: pathlib.Path, fence: str) -> None:
+    """A producer whose transaction was aborted by a timeout or a newer producer must not write
+    to a partition it had already recorded: its data would follow the ABORT marker and stay
+    open for good."""
+    now = [1_000_000]
+    lg = _open(tmp_path / "log", now)
+    lg.create_topic("out", partitions=1)
+    old = lg.producer(transactional_id="t", transaction_timeout_ms=1000)
+    old.init_transactions()
+    old.begin_transaction()
+    old.send("out", b"first", partition=0)
+    old.flush()
+    if fence == "timeout":
+        now[0] += 1001
+        lg.producer(transactional_id="other").init_transactions()
+    else:
+        lg.producer(transactional_id="t").init_transactions()
+    end = lg.end_offset("out", 0)
+    old.send("out", b"zombie", partition=0)
+    with pytest.raises(ProducerFencedError):
+        old.flush()
+    assert lg.end_offset("out", 0) == end
+    assert lg.last_stable_offset("out", 0) == end
+    assert _committed(lg, 0) == []
+    lg.close()

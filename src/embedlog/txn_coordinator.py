@@ -307,7 +307,8 @@ class TxnCoordinator:
         self._touch(tid)
 
     def add_partitions(self, tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]) -> None:
-        """Record partitions the transaction is about to write (durable on return)."""
+        """Check that the transaction is still the id's current one and record the partitions
+        of ``tps`` it is about to write that are new to it (durable on return)."""
         with self.lock:
             entry = self._current(tid, pid, epoch)
             new = [tp for tp in tps if tp not in entry.partitions]

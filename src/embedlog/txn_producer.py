@@ -164,13 +164,23 @@ class TransactionalProducer:
         return TopicPartition(topic, partition)
 
     def flush(self) -> list[RecordMetadata]:
-        """Write the buffered records of the transaction (not yet durable)."""
+        """Write the buffered records of the transaction (not yet durable).
+
+        The transaction is checked with the coordinator (new partitions recorded) and the
+        records written under the coordinator's lock: a timeout or a newer producer of the id
+        cannot settle the transaction in between, whose markers would come before this data
+        and leave it open for good (a fenced producer writes nothing)."""
         self._check(in_txn=True)
         pending, self._pending = self._pending, {}
-        new = [tp for tp in pending if tp not in self._added]
-        if new:
-            self._coordinated(self.log._transactions().add_partitions, new)
-            self._added.update(new)
+        if not pending:
+            return []
+        coord = self.log._transactions()
+        with coord.lock:
+            self._coordinated(coord.add_partitions, list(pending))
+            self._added.update(pending)
+            return self._write(pending)
+
+    def _write(self, pending: dict[tuple[str, int], _Pending]) -> list[RecordMetadata]:
         out: list[RecordMetadata] = []
         for tp, pend in pending.items():
             p = self.log._partition_of(*tp)
