@@ -114,15 +114,22 @@ def test_fencing_across_reopen(tmp_path: pathlib.Path) -> None:
     lg.close()
 
 
-def test_timeout_aborts_and_fences(tmp_path: pathlib.Path) -> None:
-    now = [1_000_000]
-    lg = _open(tmp_path / "log", now)
+def _timing_out(path: pathlib.Path, now: list[int], value: bytes) -> tuple[embedlog.Log, Any]:
+    """A log with topic ``out`` (one partition) and a producer of ``t`` (1 s timeout) whose
+    open transaction wrote ``value`` to it."""
+    lg = _open(path, now)
     lg.create_topic("out", partitions=1)
     p = lg.producer(transactional_id="t", transaction_timeout_ms=1000)
     p.init_transactions()
     p.begin_transaction()
-    p.send("out", b"slow", partition=0)
+    p.send("out", value, partition=0)
     p.flush()
+    return lg, p
+
+
+def test_timeout_aborts_and_fences(tmp_path: pathlib.Path) -> None:
+    now = [1_000_000]
+    lg, p = _timing_out(tmp_path / "log", now, b"slow")
     now[0] += 1001
     with pytest.raises(ProducerFencedError):
         p.commit_transaction()
@@ -285,13 +292,7 @@ def test_fenced_producer_writes_nothing_to_a_partition_it_had_added(
     to a partition it had already recorded: its data would follow the ABORT marker and stay
     open for good."""
     now = [1_000_000]
-    lg = _open(tmp_path / "log", now)
-    lg.create_topic("out", partitions=1)
-    old = lg.producer(transactional_id="t", transaction_timeout_ms=1000)
-    old.init_transactions()
-    old.begin_transaction()
-    old.send("out", b"first", partition=0)
-    old.flush()
+    lg, old = _timing_out(tmp_path / "log", now, b"first")
     if fence == "timeout":
         now[0] += 1001
         lg.producer(transactional_id="other").init_transactions()
