@@ -184,13 +184,23 @@ def segment_markers(
     """``(header, marker type)`` of each batch of ``segments`` (in order) below offset ``end``;
     the type is read (one small decode) for control batches only, ``None`` for data."""
     for seg in segments:
-        for position, header in iter_headers(seg):
-            if header.base_offset >= end:
-                return
-            kind = None
-            if header.is_control and header.producer_id >= 0:
-                kind = control_type(seg.pread(position, header.size), header)
+        if seg.base_offset >= end:
+            return
+        for _, header, kind in _markers(seg, 0, end):
             yield header, kind
+
+
+def _markers(seg: Segment, position: int, end: int
+             ) -> Iterator[tuple[int, fmt.BatchHeader, int | None]]:
+    """``(position, header, marker type)`` of the batches of ``seg`` from byte ``position``
+    below offset ``end`` (:func:`segment_markers` for one segment)."""
+    for at, header in iter_headers(seg, position):
+        if header.base_offset >= end:
+            return
+        kind = None
+        if header.is_control and header.producer_id >= 0:
+            kind = control_type(seg.pread(at, header.size), header)
+        yield at, header, kind
 
 
 def aborted_ranges(segments: Sequence[Segment], end: int) -> TxnTracker:
@@ -244,12 +254,7 @@ class StableOffset:
         for i in range(first, len(segments)):
             seg, position = segments[i], self._position if i == first else 0
             self._segments, self._position = tuple(segments[: i + 1]), position
-            for at, header in iter_headers(seg, position):
-                if header.base_offset >= end:
-                    break
-                kind = None
-                if header.is_control and header.producer_id >= 0:
-                    kind = control_type(seg.pread(at, header.size), header)
+            for at, header, kind in _markers(seg, position, end):
                 self._tracker.on_batch(header, kind)
                 self._position = at + header.size
         self._end = end

@@ -106,7 +106,7 @@ def _item_bytes(records: RecordBatch) -> int:
     """The bytes of ``records``' keys and values (nulls count 0)."""
     kl, vl = records.key_lengths, records.value_lengths
     total = int(kl.sum(dtype=np.int64)) + int(vl.sum(dtype=np.int64))
-    if total < 0 or (len(kl) and (int(kl.min()) < 0 or int(vl.min()) < 0)):
+    if len(kl) and (int(kl.min()) < 0 or int(vl.min()) < 0):  # nulls (-1) count 0
         total = int(np.maximum(kl, 0).sum(dtype=np.int64) + np.maximum(vl, 0).sum(dtype=np.int64))
     return total
 

@@ -278,10 +278,11 @@ class FolderView:
                          self._topic(topic)[1], writable=False,
                          start_offset_source=lambda p: self._persisted_start(p.topic, p.partition))
 
-    def reader(self, topic: str, partition: int) -> Partition:
+    def reader(self, topic: str, partition: int, end: int | None = None) -> Partition:
         """A loaded read-only :class:`Partition` to read records from, kept open for later tasks
         (at most :data:`OPEN_PARTITIONS`; the least recently used is closed) and refreshed on
-        every call, so it sees what the writer appended since."""
+        every call, so it sees what the writer appended since (``end``, the end of the range
+        the task reads, needs nothing more here)."""
         key = (topic, partition)
         p = self._open.pop(key, None)
         if p is None:

@@ -129,8 +129,7 @@ def read_task(
         return
     view = reader_view(task.path)
     for topic, partition, start, end in task.ranges:
-        p = view.reader(topic, partition) if isinstance(view, FolderView) else \
-            view.reader(topic, partition, end)
+        p = view.reader(topic, partition, end)
         checked = _check(p.start_offset, p.end_offset, task, topic, partition, start, end)
         if checked is None:
             continue
