@@ -276,9 +276,25 @@ def write_image(state: CrashState, target: str) -> None:
 
 
 def write_tree(files: dict[str, bytes], dirs: Iterable[str], target: str) -> None:
-    """Create ``dirs`` and ``files`` (relative paths) under ``target``."""
+    """Create ``dirs`` and ``files`` (relative paths) under ``target``. A file's run of zeros
+    at its end is left as a hole (``truncate``), as the pre-allocated index files are on disk:
+    readers that skip holes see what they would see after a real crash."""
     for rel in sorted(dirs, key=len):
         os.makedirs(os.path.join(target, rel), exist_ok=True)
     for rel, data in files.items():
         with open(os.path.join(target, rel), "wb") as f:
-            f.write(data)
+            f.write(memoryview(data)[:_data_end(data)])
+            f.truncate(len(data))
+
+
+_ZEROS = bytes(1 << 16)
+
+
+def _data_end(data: bytes) -> int:
+    """The length of ``data`` without its run of trailing zeros (compared a block at a time)."""
+    end = len(data)
+    while end >= len(_ZEROS) and data[end - len(_ZEROS):end] == _ZEROS:
+        end -= len(_ZEROS)
+    while end and data[end - 1] == 0:
+        end -= 1
+    return end
