@@ -19,6 +19,7 @@ from . import _io
 from .errors import CorruptBatchError
 from .records import Record
 from .segment import format as fmt
+from .segment import point_memo
 from .segment.rules import check_ceiling
 from .segment.segment import Segment
 
@@ -45,18 +46,29 @@ def scan(
     for seg, ceiling in zip(segs, ceilings, strict=True):
         if offset >= stop:
             return
+        memo = None if wanted is None else seg.read_identity()
+        if memo is not None and wanted is not None:
+            hit = seg.remembered_run(memo, offset, stop, wanted)
+            if hit is not None and not _past(seg, hit[0], ceiling, stop, current_end) and (
+                    len(hit[1]) == wanted or hit[0].last_offset + 1 >= stop):
+                yield hit
+                return
         found_at = seg.find_batch(offset)
         if found_at is None:
             continue
         position, head = found_at
         for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc,
                                           exact_first=wanted is not None, head=head):
+            ident, memo = memo, None  # only the first batch's file position is known
             if _past(seg, header, ceiling, stop, current_end):
                 return
             if (header.last_offset < offset or (header.is_control and not control)
                     or not header.records_count):
                 continue
-            found = _restrict(buf, p, header, offset, stop, wanted)
+            if ident is not None and point_memo.eligible(header):
+                found = _remember(ident, position, buf, p, header, offset, stop, wanted)
+            else:
+                found = _restrict(buf, p, header, offset, stop, wanted)
             if len(found):
                 yield header, found
                 if wanted is not None:
@@ -78,6 +90,19 @@ def _past(seg: Segment, header: fmt.BatchHeader, ceiling: int | None, stop: int,
             f"batch offsets {header.base_offset}..{header.last_offset} lie past "
             f"the log end offset", path=seg.log_path)
     return True
+
+
+def _remember(identity: point_memo.Key, at: int, buf: bytes, position: int, header: fmt.BatchHeader,
+              offset: int, stop: int, wanted: int | None) -> fmt.DecodedRecords:
+    """:func:`_restrict` for a point read's first batch (at file position ``at``): decoded
+    whole, its record ends remembered (:mod:`.segment.point_memo`) for the next point reads."""
+    found = fmt.decode_records(buf, position, header)
+    point_memo.remember(identity, at, header, found)
+    lo = int(found.offsets.searchsorted(offset))
+    hi = int(found.offsets.searchsorted(stop))
+    if wanted is not None:
+        hi = min(hi, lo + wanted)
+    return found if lo == 0 and hi == len(found) else found.slice(lo, hi)
 
 
 def _restrict(buf: bytes, position: int, header: fmt.BatchHeader, offset: int, stop: int,

@@ -31,7 +31,7 @@ from embedlog.segment.header import (
     decode_varint,
 )
 
-__all__ = ["DecodedRecords", "decode_records"]
+__all__ = ["DecodedRecords", "decode_records", "decode_run"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -344,7 +344,20 @@ def decode_records(
             raw = decompress(codec, raw, max_size=max_decompressed)
         except CorruptBatchError as e:
             raise type(e)(e.reason, position=pos) from e
-    data = raw
+    return _checked(raw, n, header, first, count, pos)
+
+
+def decode_run(data: bytes, n: int, header: BatchHeader, position: int) -> DecodedRecords:
+    """The ``n`` whole records that make up ``data``, a run of consecutive records of the
+    uncompressed batch ``header`` (at byte ``position`` of its file, named in errors): a point
+    read that knows where its records lie in the batch (:mod:`.point_memo`). Checked as
+    :func:`decode_records` checks a batch's records, the run standing for the records section
+    (it must hold exactly ``n`` records); positions are relative to ``data``."""
+    return _checked(data, n, header, 0, None, position)
+
+
+def _checked(data: bytes, n: int, header: BatchHeader, first: int, count: int | None,
+             pos: int) -> DecodedRecords:
     try:
         return _decode(data, n, header, first, count)
     except (_Bad, CorruptBatchError) as e:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from embedlog.segment import encode as _encode
 from embedlog.segment.codecs import Compression
-from embedlog.segment.decode import DecodedRecords, decode_records
+from embedlog.segment.decode import DecodedRecords, decode_records, decode_run
 from embedlog.segment.encode import PLAIN, BatchAttributes, join_ranges, rebuild_batch
 from embedlog.segment.header import (
     ATTRIBUTES_OFFSET,
@@ -79,6 +79,7 @@ __all__ = [
     "control_record",
     "decode_control_record",
     "decode_records",
+    "decode_run",
     "decode_varint",
     "encode_batch",
     "encode_varint",

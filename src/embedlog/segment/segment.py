@@ -36,6 +36,7 @@ from ..index import OffsetIndex, TimeIndex
 from ..index.txn_index import TxnIndexEntry
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
 from . import format as fmt
+from . import point_memo
 from .crc_memo import Memo
 from .files import pinned
 from .header import max_batches
@@ -94,6 +95,7 @@ class Segment(SegmentRecovery):
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index = 0
         self.crc_memo = Memo()  # CRCs checked while sealed (embedlog.segment.crc_memo)
+        self._point_owner = point_memo.new_owner()  # its record ends (.point_memo)
         self._open_files(writable, suffix)
 
     # ------------------------------------------------------------------ reading
@@ -231,6 +233,36 @@ class Segment(SegmentRecovery):
                 return position, head
             position += header.size
         return None
+
+    def read_identity(self) -> point_memo.Key | None:
+        """The key under which :mod:`.point_memo` remembers reads of this segment file now;
+        None for the writer's active segment. Taken before a read."""
+        identity = self._sealed_identity()
+        return None if identity is None else (self._point_owner, identity)
+
+    @pinned
+    def remembered_run(self, identity: point_memo.Key, offset: int, stop: int, wanted: int
+                       ) -> tuple[fmt.BatchHeader, fmt.DecodedRecords] | None:
+        """Up to ``wanted`` records from ``offset`` (below ``stop``) of a batch whose record
+        ends :mod:`.point_memo` holds for ``identity``, read with one ``pread`` of their
+        bytes; None when no such batch is remembered (the caller reads the batch whole)."""
+        position = self._indexed_position(offset)
+        entry = point_memo.get(identity, position)
+        while entry is not None and entry.header.last_offset < offset:
+            position += entry.header.size
+            entry = point_memo.get(identity, position)
+        if entry is None or entry.header.base_offset > offset:
+            return None
+        header = entry.header
+        first = offset - header.base_offset
+        last = min(header.records_count, first + wanted, stop - header.base_offset)
+        if last <= first:
+            return None
+        start, length = entry.span(first, last)
+        data = self.pread(position + start, length)
+        if len(data) != length:
+            return None
+        return header, fmt.decode_run(data, last - first, header, position)
 
     @pinned
     def find_offset_by_timestamp(self, timestamp: int) -> int | None:

@@ -1,0 +1,128 @@
+"""Where each record of a batch ends, remembered so that a point read reads its records only.
+
+The records of a v2 batch can only be located by following the chain of record lengths from
+the batch's first record, so a read of one record (``Log.read(topic, partition, offset,
+max_records=1)``) reads and walks its whole batch: about 125 KB for 1,000 records of 100 B. The
+first point read of a batch decodes all of it (its CRC checked as every read checks it) and
+remembers, here, the batch's header and where each of its records ends; a later point read of
+that batch reads only the bytes of the records it wants (one ``pread``) and decodes those
+(:func:`embedlog.segment.decode.decode_run`, with the checks of the whole-batch decode).
+
+Entries are keyed by ``(owner, file identity, position)``: ``owner`` is a number never reused
+in the process, one per open :class:`~embedlog.segment.segment.Segment` (:func:`new_owner`), so
+that, exactly as with :mod:`.crc_memo`'s per-segment memo, an entry never outlives the segment
+object it was made for (a later file that got the same inode number is another segment); the
+identity (device, inode, size, modification time of the open descriptor) makes a file changed
+since (a new size or modification time) never answered from an entry of its old contents. The
+writer's own active segment, which has no identity, is never remembered.
+
+Only batches whose records can be decoded alone are kept (:func:`eligible`): uncompressed (the
+bytes on disk are the records), dense (record ``i`` has offset ``base + i``), not a control
+batch, and with no record headers (a record then ends one byte -- the zero headers count --
+after its value). Layout of an entry:
+the :class:`~embedlog.segment.header.BatchHeader` and ``ends`` (int32, one per record: the end
+of record ``i`` relative to the start of the records section, strictly increasing, the last
+one the section's size).
+
+Bounded: entries for at most :data:`MEMO_RECORDS` records in the process; the least recently
+used go first. Thread-safe (one lock around the table).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from typing import Final, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from .codecs import Compression
+from .crc_memo import Identity
+from .decode import DecodedRecords
+from .header import HEADER_SIZE, BatchHeader
+
+__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "clear", "eligible", "get", "new_owner",
+           "remember"]
+
+MEMO_RECORDS: Final = 4 << 20
+"""Records whose ends the process remembers at most (4 bytes each: 16 MiB)."""
+
+MIN_RECORDS: Final = 16
+"""Smaller batches are read whole: the saving would not pay for the entry."""
+
+
+class Entry(NamedTuple):
+    """A remembered batch: its header and the end of each record (see the module notes)."""
+
+    header: BatchHeader
+    ends: npt.NDArray[np.int32]
+
+    def span(self, first: int, last: int) -> tuple[int, int]:
+        """The file bytes ``(start, length)`` of records ``[first, last)`` of the batch at
+        file position 0 (add the batch's position)."""
+        lo = int(self.ends[first - 1]) if first else 0
+        return HEADER_SIZE + lo, int(self.ends[last - 1]) - lo
+
+
+Key = tuple[int, Identity]
+"""``(owner, file identity)`` of a segment being read (:func:`new_owner`)."""
+
+_lock = threading.Lock()
+_table: OrderedDict[tuple[Key, int], Entry] = OrderedDict()
+_held = [0]  # records remembered
+_owners = itertools.count()
+
+
+def new_owner() -> int:
+    """A number no other segment object of the process gets."""
+    return next(_owners)
+
+
+def eligible(header: BatchHeader) -> bool:
+    """Whether a batch of this header may be remembered (its records still to be checked for
+    headers: :func:`remember` does)."""
+    return (header.records_count >= MIN_RECORDS and not header.is_control
+            and header.compression == Compression.NONE
+            and header.records_count == header.last_offset_delta + 1)
+
+
+def remember(identity: Key, position: int, header: BatchHeader,
+             records: DecodedRecords) -> None:
+    """Remember the batch at ``position`` of the segment file ``identity``, whose records
+    section was decoded whole into ``records`` (positions relative to the section); a batch
+    with record headers, or not :func:`eligible`, is not remembered."""
+    n = len(records)
+    if records.headers is not None or n != header.records_count or not eligible(header):
+        return
+    ends = (records.value_pos + np.maximum(records.value_len, 0) + 1).astype(np.int32)
+    if int(ends[-1]) != header.size - HEADER_SIZE:
+        return  # not the layout assumed above: never trust such an entry
+    key = (identity, position)
+    with _lock:
+        if key in _table:
+            return
+        while _table and _held[0] + n > MEMO_RECORDS:
+            _, old = _table.popitem(last=False)
+            _held[0] -= len(old.ends)
+        _table[key] = Entry(header, ends)
+        _held[0] += n
+
+
+def get(identity: Key, position: int) -> Entry | None:
+    """The entry of the batch at ``position`` of the segment file ``identity``, if
+    remembered."""
+    key = (identity, position)
+    with _lock:
+        entry = _table.get(key)
+        if entry is not None:
+            _table.move_to_end(key)
+        return entry
+
+
+def clear() -> None:
+    """Forget every entry."""
+    with _lock:
+        _table.clear()
+        _held[0] = 0

@@ -1,0 +1,178 @@
+"""Point reads answered from remembered record ends (embedlog.segment.point_memo): the records
+handed out are exactly those of a read of the whole batch, for every kind of batch, and an entry
+is never used for other bytes than those it was made from."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import embedlog
+from embedlog.errors import CorruptBatchError
+from embedlog.segment import decode as dec
+from embedlog.segment import format as fmt
+from embedlog.segment import point_memo
+from embedlog.segment.header import HEADER_SIZE
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memo() -> None:
+    point_memo.clear()
+
+
+def _fill(log: embedlog.Log, rng: random.Random, batches: int) -> None:
+    """Batches of every kind: dense uncompressed ones (remembered), with nulls, with record
+    headers, compressed, small, and transaction markers between them."""
+    log.create_topic("t", config={"segment.bytes": 64 * 1024})
+    for b in range(batches):
+        n = rng.choice([1, 5, 16, 40, 120])
+        kind = rng.choice(["plain", "plain", "nulls", "headers", "zstd"])
+        values = [None if kind == "nulls" and i % 3 == 0 else rng.randbytes(rng.randint(0, 300))
+                  for i in range(n)]
+        keys = [None if i % 4 == 0 else b"k%d" % i for i in range(n)]
+        headers = [[("h", b"%d" % i)] if kind == "headers" and i % 2 else [] for i in range(n)]
+        log.append_batch("t", values, keys=keys, headers=headers, partition=0,
+                         compression="zstd" if kind == "zstd" else None)
+        if b % 7 == 3:
+            p = log.producer(transactional_id=f"x{b}")
+            p.init_transactions()
+            p.begin_transaction()
+            p.send("t", b"in-txn", partition=0)
+            p.commit_transaction() if b % 2 else p.abort_transaction()
+            p.close()
+
+
+def _whole(log: embedlog.Log, end: int) -> dict[int, embedlog.Record]:
+    return {r.offset: r for r in log.read("t", 0, 0, end_offset=end)}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_point_reads_equal_whole_reads_before_and_after_the_batch_is_remembered(
+        tmp_path_factory: pytest.TempPathFactory, seed: int) -> None:
+    rng = random.Random(seed)
+    folder = tmp_path_factory.mktemp("memo") / "log"
+    with embedlog.open(folder) as writer:
+        _fill(writer, rng, 40)
+        end = writer.end_offset("t", 0)
+        probes = [(rng.randrange(end), rng.choice([1, 1, 2, 7, 200])) for _ in range(300)]
+        for view in (writer, embedlog.open(folder, read_only=True)):
+            whole = _whole(view, end)
+            for _ in range(2):  # the second pass reads from remembered batches
+                for offset, k in probes:
+                    want = [whole[o] for o in sorted(whole) if o >= offset][:k]
+                    assert list(view.read("t", 0, offset, max_records=k)) == want
+            if view is not writer:
+                view.close()
+    assert len(point_memo._table) > 0  # the read-only view's sealed segments were remembered
+
+
+def test_a_remembered_batch_is_read_with_one_small_pread(tmp_path: pathlib.Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "log"
+    with embedlog.open(folder) as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"%05d" % i * 20 for i in range(500)], partition=0)
+    from embedlog.segment.files import SegmentFiles
+    reads: list[int] = []
+    real = SegmentFiles.pread
+
+    def pread(self: SegmentFiles, position: int, length: int) -> bytes:
+        reads.append(length)
+        return real(self, position, length)
+
+    monkeypatch.setattr(SegmentFiles, "pread", pread)
+    with embedlog.open(folder, read_only=True) as log:
+        first = next(log.read("t", 0, 123, max_records=1))
+        assert max(reads) > 50_000  # the first read takes the whole batch
+        reads.clear()
+        again = next(log.read("t", 0, 321, max_records=1))
+        # one record: 100 B of value and 10 B of varints, attributes and headers count
+        assert reads == [110]
+    assert first.value == b"00123" * 20 and first.offset == 123
+    assert again.value == b"00321" * 20 and again.offset == 321
+
+
+def test_an_entry_is_not_used_once_the_file_changed(tmp_path: pathlib.Path) -> None:
+    """A read-only view of a live segment: each append is a new file identity, and a segment
+    object made after the file was replaced never sees the old object's entries."""
+    folder = tmp_path / "log"
+    with embedlog.open(folder) as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"a%03d" % i for i in range(50)], partition=0)
+        with embedlog.open(folder, read_only=True) as view:
+            assert next(view.read("t", 0, 10, max_records=1)).value == b"a010"
+            assert len(point_memo._table) == 1
+            log.append_batch("t", [b"b%03d" % i for i in range(50)], partition=0)
+            assert [r.value for r in view.read("t", 0, 45, max_records=10)] == (
+                [b"a%03d" % i for i in range(45, 50)] + [b"b%03d" % i for i in range(5)])
+            assert next(view.read("t", 0, 10, max_records=1)).value == b"a010"
+    with embedlog.open(folder) as log:
+        log.delete_topic("t")
+        log.create_topic("t")
+        log.append_batch("t", [b"c%03d" % i for i in range(50)], partition=0)
+    with embedlog.open(folder, read_only=True) as view:
+        assert next(view.read("t", 0, 10, max_records=1)).value == b"c010"
+
+
+def test_the_memo_is_bounded(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(point_memo, "MEMO_RECORDS", 100)
+    folder = tmp_path / "log"
+    with embedlog.open(folder) as log:
+        log.create_topic("t")
+        for b in range(10):
+            log.append_batch("t", [b"%d-%d" % (b, i) for i in range(40)], partition=0)
+    with embedlog.open(folder, read_only=True) as view:
+        for o in range(0, 400, 40):
+            assert next(view.read("t", 0, o + 1, max_records=1)).value == b"%d-1" % (o // 40)
+            assert point_memo._held[0] <= 100
+        assert len(point_memo._table) == 2  # the two most recent batches
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=200)),
+                          st.one_of(st.none(), st.binary(max_size=300))),
+                min_size=point_memo.MIN_RECORDS, max_size=60))
+def test_remembered_ends_are_the_record_length_chain(pairs: list[tuple[bytes | None,
+                                                                       bytes | None]]) -> None:
+    """The ends computed from the decoded values equal the chain of record lengths, and a run
+    of records decoded alone equals the same records decoded with their batch."""
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
+    batch = fmt.encode_batch(values, keys=keys, base_offset=1000, timestamps=[5] * len(values))
+    header = fmt.parse_header(batch, 0)
+    whole = fmt.decode_records(batch, 0, header)
+    key = (point_memo.new_owner(), (0, 0, 0, 0))
+    point_memo.remember(key, 0, header, whole)
+    entry = point_memo.get(key, 0)
+    assert entry is not None
+    starts, end = dec._walk(bytes(batch[HEADER_SIZE:]), len(values))
+    assert entry.ends.tolist() == [*starts[1:], end]
+    lo, hi = sorted(random.Random(len(values)).sample(range(len(values) + 1), 2))
+    start, length = entry.span(lo, hi)
+    run = fmt.decode_run(bytes(batch[start:start + length]), hi - lo, header, 0)
+    assert run.records("t", 0, 0) == whole.slice(lo, hi).records("t", 0, 0)
+
+
+def test_a_run_that_is_not_whole_records_is_corruption() -> None:
+    batch = fmt.encode_batch([b"x" * 30] * 20, base_offset=0, timestamps=[1] * 20)
+    header = fmt.parse_header(batch, 0)
+    section = bytes(batch[HEADER_SIZE:])
+    with pytest.raises(CorruptBatchError):
+        fmt.decode_run(section[:-5], 20, header, 0)
+    with pytest.raises(CorruptBatchError):
+        fmt.decode_run(section + b"\0", 20, header, 0)
+
+
+def test_the_writers_active_segment_is_not_remembered(tmp_path: pathlib.Path) -> None:
+    with embedlog.open(tmp_path / "log") as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"v%d" % i for i in range(50)], partition=0)
+        assert next(log.read("t", 0, 7, max_records=1)).value == b"v7"
+        assert not point_memo._table
+    assert os.path.isdir(tmp_path / "log")
