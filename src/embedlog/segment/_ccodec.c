@@ -827,7 +827,7 @@ typedef struct {
     Py_ssize_t n;
     Item *keys, *values;
     PyObject **hsec;  /* encoded header sections (NULL = none: one 0x00 byte) */
-    Py_buffer *views; /* buffers held for non-bytes items */
+    Py_buffer *views; /* buffers held for non-bytes items (allocated at the first one) */
     Py_ssize_t nviews;
 } EncodeState;
 
@@ -841,6 +841,13 @@ get_item(EncodeState *st, PyObject *obj, Item *it)
     if (PyBytes_CheckExact(obj)) {
         it->ptr = PyBytes_AS_STRING(obj), it->len = PyBytes_GET_SIZE(obj);
         return 0;
+    }
+    if (st->views == NULL) { /* the first non-bytes item: room for every key and value */
+        st->views = PyMem_Malloc((2 * st->n + 1) * sizeof(Py_buffer));
+        if (st->views == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     Py_buffer *view = &st->views[st->nviews];
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) {
@@ -974,10 +981,9 @@ static int
 encode_gather(EncodeState *st, PyObject *values, PyObject *keys, PyObject *headers)
 {
     Py_ssize_t n = st->n;
-    st->keys = PyMem_Calloc(n + 1, sizeof(Item));
-    st->values = PyMem_Calloc(n + 1, sizeof(Item));
-    st->views = PyMem_Calloc(2 * n + 1, sizeof(Py_buffer));
-    if (!st->keys || !st->values || !st->views) {
+    st->keys = PyMem_Malloc((n + 1) * sizeof(Item));
+    st->values = PyMem_Malloc((n + 1) * sizeof(Item));
+    if (!st->keys || !st->values) {
         PyErr_NoMemory();
         return -1;
     }
