@@ -176,3 +176,24 @@ def test_the_writers_active_segment_is_not_remembered(tmp_path: pathlib.Path) ->
         assert next(log.read("t", 0, 7, max_records=1)).value == b"v7"
         assert not point_memo._table
     assert os.path.isdir(tmp_path / "log")
+
+
+def test_a_fork_child_starts_with_an_empty_memo_and_a_free_lock(tmp_path: pathlib.Path) -> None:
+    folder = tmp_path / "log"
+    with embedlog.open(folder) as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"v%d" % i for i in range(50)], partition=0)
+    with embedlog.open(folder, read_only=True) as view:
+        assert next(view.read("t", 0, 7, max_records=1)).value == b"v7"
+    assert point_memo._table
+    with point_memo._lock:  # held by this thread while the child is made
+        pid = os.fork()
+        if pid == 0:
+            ok = not point_memo._table and point_memo._lock.acquire(timeout=5)
+            if ok:
+                point_memo._lock.release()
+            with embedlog.open(folder, read_only=True) as view:
+                ok = ok and next(view.read("t", 0, 9, max_records=1)).value == b"v9"
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -25,12 +25,14 @@ of record ``i`` relative to the start of the records section, strictly increasin
 one the section's size).
 
 Bounded: entries for at most :data:`MEMO_RECORDS` records in the process; the least recently
-used go first. Thread-safe (one lock around the table).
+used go first. Thread-safe (one lock around the table); a ``fork()`` child starts with a new
+lock and an empty table (another thread of the parent may have held the lock).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from typing import Final, NamedTuple
@@ -126,3 +128,14 @@ def clear() -> None:
     with _lock:
         _table.clear()
         _held[0] = 0
+
+
+def _in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    _table.clear()
+    _held[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)
