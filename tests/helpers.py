@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+SHARED = pathlib.Path(os.environ.get("EMBEDLOG_SHARED") or ROOT.parent / "shared")
+"""The shared folder next to the repository (``EMBEDLOG_SHARED`` names another one)."""
 KAFKA_FIXTURES = SHARED / "fixtures" / "kafka-real"
 KAFKA_VECTORS = SHARED / "tools" / "kafka_vectors.py"
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import _io, loader, partition_read
+from . import _io, loader, partition_read, producer_state_store
 from .config import TopicConfig
 from .errors import (
     CorruptionError,
@@ -155,6 +155,7 @@ class Partition:
         if self.writable and self.damage is None:
             if not segs:
                 self._add_segment(self.start_offset)
+            producer_state_store.prune(self.directory, self.start_offset, self.end_offset)
             self._commit.durable_end = self.end_offset  # recovery ended with a synced tail
 
     # ------------------------------------------------------------------ state
@@ -346,6 +347,7 @@ class Partition:
             self._commit.sealed()
         self._add_segment(new_base)
         write_manifest(self.directory, {s.base_offset: s.size for s in self.segments[:-1]})
+        producer_state_store.take_snapshot(self, new_base, load=True)
         if self._on_roll is not None:
             self._on_roll(self)
 
@@ -365,11 +367,11 @@ class Partition:
                 self._roll(self.end_offset)
 
     def producer_states(self) -> ProducerStateTable:
-        """Idempotent producers' sequence state, rebuilt from the batch headers on first use
-        after an open (caller holds ``lock``)."""
+        """Idempotent producers' sequence state, loaded on first use after an open from a
+        snapshot and the batch headers after it (:mod:`.producer_state_store`; caller holds
+        ``lock``)."""
         if self.producer_state is None:
-            self.producer_state = ProducerStateTable.scan(self.segments,
-                                                          self.producer_id_expiration_ms)
+            self.producer_state = producer_state_store.load_state(self)
         return self.producer_state
 
     def max_producer_id(self) -> int:
@@ -390,6 +392,7 @@ class Partition:
             self.settle()
             if self.writable and self.poisoned is None and self.refusal is None and self.segments:
                 self.active.flush()
+                producer_state_store.take_snapshot(self, self.end_offset, load=False)
             for seg in self.segments:
                 try:
                     seg.close()

@@ -15,17 +15,30 @@ The table also follows each producer's open transaction (:class:`~embedlog.trans
 TxnTracker`, Kafka's ``ongoingTxns``), so that an ABORT marker about to be appended gets its
 ``.txnindex`` entry (:meth:`ProducerStateTable.abort_entry`).
 
-The state lives in memory only. It is rebuilt from the batch headers of the partition's segments
-(only markers are decoded) the first time it is needed after an open, so deduplication survives a
-reopen. Segments deleted by retention take their producers' history with them, exactly as when
-Kafka expires a producer id: such a producer is then treated as new.
+The state lives in memory, and in Kafka's producer snapshots (``<offset>.snapshot``,
+:mod:`embedlog.producer_snapshot`; written at each roll and at close by
+:mod:`embedlog.producer_state_store`). The first time it is needed after an open it is loaded
+from the newest usable snapshot and brought up to date from the batch headers at and after the
+snapshot's offset (:meth:`ProducerStateTable.replay`; only markers are decoded); without one it
+is rebuilt from every batch header of the partition (:meth:`ProducerStateTable.scan`). Either
+way deduplication survives a reopen -- with one difference from a table that saw the batches:
+a snapshot keeps only each producer's **last** batch (Kafka's format), so after a load from a
+snapshot only a retry of that batch is recognised as a duplicate (as in Kafka after a restart);
+a retry of an earlier one of the last :data:`RETAINED_BATCHES` is refused as out of order. A
+header rebuilt from a snapshot carries the batch's offsets, sequences, producer id and epoch
+and its max timestamp (the snapshot's timestamp), nothing else.
+
+Segments deleted by retention do not take their producers with them while the log is open,
+nor across a reopen that loads a snapshot (Kafka keeps them too, until they expire); only a
+full scan, without a usable snapshot, no longer sees them: such a producer is then treated as
+new, exactly as when Kafka expires a producer id.
 
 **Expiration** (Kafka's ``producer.id.expiration.ms``, default one day): a producer with no
 open transaction that wrote nothing to the partition for that long is dropped from the table
 (:meth:`ProducerStateTable.expire`, run by the partition before it checks a batch, at most once
 per :data:`EXPIRATION_CHECK_MS`); its next batch is checked as a new producer's. A producer's
 last write is the clock at its last append, or, in a table rebuilt from the log, its last
-batch's max timestamp (as Kafka's producer snapshots keep it).
+batch's max timestamp (as Kafka's producer snapshots keep it), or a snapshot's timestamp.
 
 **Producer ids** are allocated from a counter in the log folder, ``embedlog.producer-ids``
 (:data:`embedlog.naming.PRODUCER_IDS_FILE`, format :data:`embedlog.checkpoint.PRODUCER_IDS`),
@@ -42,7 +55,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -50,6 +63,7 @@ from . import checkpoint
 from .errors import CorruptCheckpointError, OutOfOrderSequenceError, ProducerFencedError
 from .index.txn_index import TxnIndexEntry
 from .naming import PRODUCER_IDS_FILE
+from .producer_snapshot import SnapshotEntry
 from .segment import format as fmt
 from .transactions import TxnTracker, marker_type
 
@@ -78,6 +92,11 @@ _ids_lock = threading.Lock()
 
 
 class _BatchSource(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+
+    def find_position(self, offset: int) -> int | None: ...
+
     def batches(self, position: int = 0, end: int | None = None, *, verify: bool = True
                 ) -> Iterable[tuple[bytes, int, fmt.BatchHeader]]: ...
 
@@ -94,6 +113,11 @@ def _last_sequence(header: fmt.BatchHeader) -> int:
     return next_sequence(header.base_sequence, header.last_offset_delta)
 
 
+def _first_sequence(last: int, delta: int) -> int:
+    """``last - delta`` wrapping below 0 to ``2**31 - 1`` (Kafka's ``decrementSequence``)."""
+    return last - delta if last >= delta else _INT32_MAX - (delta - last) + 1
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     """What one producer id last wrote in a partition, and when (``last_ms``: the clock at
@@ -105,6 +129,8 @@ class ProducerEntry:
         default_factory=lambda: deque(maxlen=RETAINED_BATCHES)
     )
     last_ms: int = -1
+    coordinator_epoch: int = -1
+    """As a snapshot recorded it (-1: none); embedlog keeps it, it does not check it."""
 
 
 class ProducerStateTable:
@@ -127,11 +153,57 @@ class ProducerStateTable:
              expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> ProducerStateTable:
         """The state rebuilt from every batch header of ``segments`` (oldest first)."""
         table = cls(expiration_ms)
-        for seg in segments:
-            for buf, p, header in seg.batches(0, verify=False):
-                if header.producer_id >= 0:
-                    table.update(header, buf, p)
+        table.replay(list(segments), 0)
         return table
+
+    def replay(self, segments: Sequence[_BatchSource], start: int) -> None:
+        """Bring the table up to date with the batches of ``segments`` (oldest first) whose
+        base offset is >= ``start``: the segments wholly below it are skipped, the one holding
+        it is read from the offset index's position (:meth:`Segment.find_position
+        <embedlog.segment.segment.Segment.find_position>`)."""
+        for i, seg in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+                continue
+            position: int | None = 0
+            if seg.base_offset < start:
+                position = seg.find_position(start)
+            if position is None:
+                continue
+            for buf, p, header in seg.batches(position, verify=False):
+                if header.producer_id >= 0 and header.base_offset >= start:
+                    self.update(header, buf, p)
+
+    @classmethod
+    def from_snapshot(cls, entries: Iterable[SnapshotEntry],
+                      expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> ProducerStateTable:
+        """The table a snapshot's ``entries`` describe: each producer with its epoch, last
+        sequence, last write, its last batch (a header rebuilt from the entry) and its open
+        transaction (so an ABORT marker still gets its ``.txnindex`` entry right). Expired
+        producers are dropped by :meth:`expire`, as in any table."""
+        table = cls(expiration_ms)
+        for e in entries:
+            table._max_pid = max(table._max_pid, e.producer_id)
+            entry = table.entries[e.producer_id] = ProducerEntry(
+                e.producer_epoch, e.last_sequence, last_ms=e.timestamp,
+                coordinator_epoch=e.coordinator_epoch)
+            if e.last_offset >= 0 and e.last_sequence >= 0:
+                entry.batches.append(_snapshot_header(e))
+            if e.current_txn_first_offset >= 0:
+                table.txns.open[e.producer_id] = e.current_txn_first_offset
+        return table
+
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        """The table as a snapshot's entries (by producer id): each producer's last batch, its
+        open transaction's first offset."""
+        out = []
+        for pid in sorted(self.entries):
+            e = self.entries[pid]
+            last = e.batches[-1] if e.batches else None
+            out.append(SnapshotEntry(
+                pid, e.epoch, e.last_sequence, -1 if last is None else last.last_offset,
+                0 if last is None else last.last_offset_delta, e.last_ms, e.coordinator_epoch,
+                self.txns.open.get(pid, -1)))
+        return out
 
     @property
     def max_producer_id(self) -> int:
@@ -216,6 +288,16 @@ class ProducerStateTable:
             return
         entry.last_sequence = _last_sequence(header)
         entry.batches.append(header)
+
+
+def _snapshot_header(e: SnapshotEntry) -> fmt.BatchHeader:
+    """The last batch of a snapshot entry, as far as the entry tells it."""
+    return fmt.BatchHeader(
+        base_offset=e.last_offset - e.offset_delta, batch_length=0, leader_epoch=-1, magic=2,
+        crc=0, attributes=0, last_offset_delta=e.offset_delta, base_timestamp=e.timestamp,
+        max_timestamp=e.timestamp, producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+        base_sequence=_first_sequence(e.last_sequence, e.offset_delta),
+        records_count=e.offset_delta + 1)
 
 
 def _marker_kind(header: fmt.BatchHeader, raw: bytes | bytearray | memoryview, position: int
