@@ -3,6 +3,7 @@ from the newest usable snapshot and the batch headers after it."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -14,10 +15,12 @@ from typing import Any
 
 import crc32c
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import embedlog
+from embedlog.cli import cli
 from embedlog.errors import CorruptCheckpointError, OutOfOrderSequenceError
 from embedlog.naming import SNAPSHOT_SUFFIX, segment_path
 from embedlog.partition import Partition
@@ -477,3 +480,64 @@ def test_a_kafka_snapshot_drives_deduplication(kafka_fixtures: pathlib.Path,
         SnapshotEntry(4002, 0, 11, 23, 11, 1670068739452, -1, -1),
         SnapshotEntry(4003, 0, 13, 37, 13, 1670071262224, -1, -1),
     ]
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def cli_run(*args: str, code: int = 0) -> Any:
+    result = CliRunner().invoke(cli, list(args), prog_name="embedlog")
+    assert result.exit_code == code, (result.output, result.exception)
+    return result
+
+
+def test_verify_reports_corrupt_and_stale_snapshots_as_warnings(log_dir: pathlib.Path) -> None:
+    _three_segments(log_dir)
+    folder = str(partition_dir(log_dir))
+    doc = json.loads(cli_run("verify", str(log_dir), "--json").stdout)
+    assert doc["healthy"] and doc["problems"] == []
+    shutil.copy(segment_path(folder, 28, SNAPSHOT_SUFFIX), segment_path(folder, 40,
+                                                                        SNAPSHOT_SUFFIX))
+    _corrupt(segment_path(folder, 18, SNAPSHOT_SUFFIX), "bad crc")
+    doc = json.loads(cli_run("verify", str(log_dir), "--json").stdout)
+    assert doc["healthy"]
+    problems = {p["path"]: (p["severity"], p["message"]) for p in doc["problems"]}
+    assert problems[segment_path(folder, 18, SNAPSHOT_SUFFIX)][0] == "warning"
+    assert "CRC-32C" in problems[segment_path(folder, 18, SNAPSHOT_SUFFIX)][1]
+    assert problems[segment_path(folder, 40, SNAPSHOT_SUFFIX)] == (
+        "warning", "producer snapshot beyond the log end offset 28: the next writer open "
+        "deletes it")
+    assert len(problems) == 2
+
+
+def test_dump_log_prints_a_snapshot(log_dir: pathlib.Path) -> None:
+    _three_segments(log_dir)
+    path = segment_path(str(partition_dir(log_dir)), 28, SNAPSHOT_SUFFIX)
+    [doc] = json.loads(cli_run("dump-log", path, "--json").stdout)["files"]
+    assert doc["type"] == "snapshot"
+    assert [(e["producer_id"], e["last_sequence"], e["last_offset"], e["offset_delta"],
+             e["current_txn_first_offset"]) for e in doc["entries"]] == [
+        (7, 26, 26, 2, -1), (8, 0, 27, 0, 27)]
+    lines = cli_run("dump-log", path).stdout.splitlines()
+    assert lines[0] == f"Dumping {path}"
+    assert lines[1].startswith("producerId: 7 producerEpoch: 0 coordinatorEpoch: -1 "
+                               "currentTxnFirstOffset: -1 lastTimestamp: ")
+    assert lines[1].endswith(" lastSequence: 26 lastOffset: 26 offsetDelta: 2")
+    _corrupt(path, "truncated entry")
+    assert "Error: " in cli_run("dump-log", path, code=3).stdout
+
+
+def test_salvage_deletes_the_snapshots_above_a_loss(log_dir: pathlib.Path) -> None:
+    _three_segments(log_dir)
+    folder = str(partition_dir(log_dir))
+    sealed = pathlib.Path(segment_path(folder, 9, ".log"))
+    data = bytearray(sealed.read_bytes())
+    data[-5] ^= 0x01  # a record of the segment's last batch (offsets 15..17)
+    sealed.write_bytes(bytes(data))
+    cli_run("recover", str(log_dir), "--truncate-damaged")
+    assert snapshot_offsets(folder) == []  # 18 and 28 described the lost batch
+    with embedlog.open(log_dir) as log:
+        p = log._partition_of("t", 0)
+        table = loaded(p)
+        assert kept(table) == kept(full_scan(p))
+        assert table.entries[7].last_sequence == 26

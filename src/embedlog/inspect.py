@@ -15,8 +15,9 @@ not -- and changes nothing, except :func:`rebuild_indexes`, which needs the writ
   and name the last offset of that batch or of a later one (an append of several batches is
   indexed by its largest offset); a time-index entry must name an offset of the segment with
   exactly the largest timestamp of the segment up to the batch holding that offset.
-* :func:`offset_index_entries` / :func:`time_index_entries`, :func:`read_checkpoint` and
-  :func:`read_segment_manifest` return the entries of the other files.
+* :func:`offset_index_entries` / :func:`time_index_entries`, :func:`read_checkpoint`,
+  :func:`read_segment_manifest` and :func:`read_producer_snapshot` (a ``.snapshot``, see
+  :mod:`embedlog.producer_snapshot`) return the entries of the other files.
 
 :class:`BatchHeader` is the codec's view of a v2 batch header (the fields of
 ``docs/format.md``'s table, plus ``size``, ``last_offset``, ``timestamp_type``,
@@ -49,12 +50,15 @@ from .metadata import read_metadata
 from .naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     parse_partition_dir,
     parse_segment_file,
     segment_path,
 )
+from .producer_snapshot import SnapshotEntry
+from .producer_state_store import read_snapshot, snapshot_offsets
 from .records import RecordBatch, TopicPartition
 from .segment import format as fmt
 from .segment.header import max_batches
@@ -73,7 +77,9 @@ __all__ = [
     "control_record_type",
     "dense_topics",
     "offset_index_entries",
+    "producer_snapshot_offsets",
     "read_checkpoint",
+    "read_producer_snapshot",
     "read_segment_manifest",
     "rebuild_indexes",
     "regular_file_size",
@@ -93,13 +99,14 @@ _CONTROL_TYPES = {fmt.CONTROL_ABORT: "ABORT", fmt.CONTROL_COMMIT: "COMMIT"}
 
 def segment_file(path: str) -> tuple[str, int, str]:
     """``(directory, base offset, suffix)`` of a ``.log``/``.index``/``.timeindex``/``.txnindex``
-    path; ValueError for anything else."""
+    path, or ``(directory, offset, ".snapshot")`` of a producer snapshot; ValueError for
+    anything else."""
     parsed = parse_segment_file(os.path.basename(path))
-    if parsed is None or parsed[2] or parsed[1] not in (LOG_SUFFIX, INDEX_SUFFIX,
-                                                           TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
+    if parsed is None or parsed[2] or parsed[1] not in (
+            LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, SNAPSHOT_SUFFIX):
         raise ValueError(
             f"{path} is not a segment file (expected <20-digit base offset>.log, .index, "
-            ".timeindex or .txnindex)"
+            ".timeindex, .txnindex or .snapshot)"
         )
     return os.path.dirname(os.path.abspath(path)), parsed[0], parsed[1]
 
@@ -460,3 +467,17 @@ def rebuild_indexes(directory: str, base_offset: int, config: TopicConfig | None
     finally:
         seg.close()
     _io.fsync_dir(directory)
+
+
+def producer_snapshot_offsets(directory: str) -> list[int]:
+    """The offsets of the producer snapshots (``<offset>.snapshot``) of a partition folder."""
+    return snapshot_offsets(directory)
+
+
+def read_producer_snapshot(path: str) -> list[SnapshotEntry]:
+    """The entries of a producer snapshot file; :class:`~embedlog.errors.CorruptionError` when
+    it is corrupt, too large, missing or not a regular file."""
+    entries = read_snapshot(path)
+    if entries is None:
+        raise CorruptionError("producer snapshot is missing", path=path)
+    return entries

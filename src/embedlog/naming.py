@@ -29,8 +29,9 @@ Layout of a log directory (Kafka's, so Kafka tools read it)::
         00000000000000000000.txnindex    TXNINDEX_SUFFIX: aborted transactions whose ABORT
                                          marker is in the segment (embedlog.index.txn_index)
         embedlog.segments                SEGMENT_MANIFEST: sizes of sealed segments
-
-Kafka's producer ``.snapshot`` files (SNAPSHOT_SUFFIX) are recognised but not written.
+        00000000000000000042.snapshot    SNAPSHOT_SUFFIX: Kafka's producer-state snapshot of
+                                         every batch below offset 42 (the newest two kept;
+                                         embedlog.producer_state_store)
 Transient suffixes: ``.cleaned`` (a compaction's output), ``.swap`` (an output being swapped
 in), ``.deleted`` (a segment being removed), ``.tmp`` (a small file being replaced, see
 :func:`embedlog._io.write_atomic`), ``.aborted`` (the marker of an aborted Spark job next to its

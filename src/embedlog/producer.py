@@ -43,7 +43,8 @@ one fsync. The log's own ``durability`` is a floor.
 0, and numbers the records of each partition from 0; the id, epoch and base sequence go into
 the batch header fields Kafka uses. The partition's append path rejects out-of-order sequences
 and recognises a batch re-submitted with the same sequences (a retry) as a duplicate: it is not
-written twice, and that holds across a reopen (see :mod:`embedlog.producer_state`).
+written twice, and that holds across a reopen for the last batch of each producer (Kafka's
+producer snapshot keeps only that one; see :mod:`embedlog.producer_state`).
 
 **Partitions.** An explicit ``partition`` wins; then a custom ``partitioner`` (the callable of
 kafka-python 2: ``partitioner(key_bytes, all_partitions, available_partitions) -> int``); then

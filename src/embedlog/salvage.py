@@ -17,6 +17,8 @@ offsets follow the previous valid batch and stay below the next segment's base. 
 * a sealed segment shorter than ``embedlog.segments`` says (a cut CRCs cannot see) or missing
   loses the offsets up to the next segment: nothing to move, the loss is reported;
 * ``embedlog.segments`` is rewritten with the sizes now on disk;
+* the producer snapshots above the first offset lost are deleted (they describe batches that
+  are gone; the next writer rebuilds the state from an older one or the batch headers);
 * a ``log-start-offset-checkpoint`` entry beyond its partition's end is removed (every record
   there becomes readable again: nothing valid is dropped) and reported;
 * the recovery point of a salvaged partition moves up to its active segment (salvage has just
@@ -37,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from . import _io, _paths, checkpoint, loader
+from . import _io, _paths, checkpoint, loader, producer_state_store
 from .config import TopicConfig
 from .errors import CorruptionError
 from .index._fileops import data_extents
@@ -128,6 +130,7 @@ def _partition(root: str, name: str, config: TopicConfig, losses: list[Loss], ap
         sealed = {}
     new_sealed = dict(sealed)
     end = bases[0] if bases else 0
+    found = len(losses)
     known = sorted(set(bases) | set(sealed))
     for i, base in enumerate(known):
         following = [b for b in known[i + 1:] if b in bases]
@@ -148,6 +151,8 @@ def _partition(root: str, name: str, config: TopicConfig, losses: list[Loss], ap
     new_sealed = {b: size for b, size in new_sealed.items() if b in bases and b != bases[-1]}
     if apply and new_sealed != sealed:
         write_manifest(directory, new_sealed)
+    if apply and len(losses) > found:
+        producer_state_store.prune(directory, 0, min(x.first_offset for x in losses[found:]))
     return end, bases[-1] if bases else 0
 
 

@@ -1,6 +1,7 @@
 """``embedlog dump-log FILE...``: print segment files as Kafka's ``kafka-dump-log`` does.
 
-FILE may be a ``.log``, ``.index``, ``.timeindex`` or ``.txnindex`` file, a partition folder, or
+FILE may be a ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` or producer ``.snapshot``
+file (one line per producer, with ``kafka-dump-log``'s field names), a partition folder, or
 a whole log directory (embedlog's or a Kafka broker's): folders expand to their ``.log`` files
 in offset order. Batch lines use ``kafka-dump-log``'s field names, a ``.txnindex`` entry line
 its ``version: producerId: firstOffset: lastOffset: lastStableOffset:``; ``--deep-iteration``
@@ -13,9 +14,9 @@ entry), 5 when a segment is in Kafka's unsupported v0/v1 format.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -29,18 +30,21 @@ from ..inspect import (
     codec_name,
     control_record_type,
     offset_index_entries,
+    read_producer_snapshot,
     segment_file,
     segment_files,
     time_index_entries,
     txn_index_entries,
 )
-from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
+from ..naming import INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 from .app import EXIT_CORRUPT, EXIT_UNSUPPORTED, CommandError
 from .jsonbytes import to_json
 from .options import json_option
 from .output import echo_json, timestamp_type_name
 
 __all__ = ["dump_log"]
+
+_E = TypeVar("_E")
 
 
 def _batch_doc(b: WalkedBatch) -> dict[str, Any]:
@@ -217,17 +221,34 @@ class _Dump:
         self.docs.append(result)
 
 
-    def _txn_index(self, directory: str, base: int, path: str) -> None:
-        result: dict[str, Any] = {"path": path, "type": "txnindex", "baseOffset": base,
-                                  "entries": []}
+    def _entries(self, read: Callable[[str], Sequence[_E]], path: str, result: dict[str, Any]
+                 ) -> Sequence[_E]:
+        """``read(path)``; a corrupt file is a problem, reported, and has no entries."""
         try:
-            entries = txn_index_entries(path, base)
+            return read(path)
         except CorruptionError as exc:
             self.problems += 1
             self.out(f"Error: {exc}")
             result["error"] = str(exc)
-            entries = []
-        for e in entries:
+            return []
+
+    def snapshot_file(self, path: str) -> None:
+        """A producer snapshot: one line per producer (``DumpLogSegments``' fields)."""
+        self.out(f"Dumping {path}")
+        result: dict[str, Any] = {"path": path, "type": "snapshot", "entries": []}
+        for e in self._entries(read_producer_snapshot, path, result):
+            result["entries"].append(e._asdict())
+            self.out(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
+                     f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: "
+                     f"{e.current_txn_first_offset} lastTimestamp: {e.timestamp} "
+                     f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                     f"offsetDelta: {e.offset_delta}")
+        self.docs.append(result)
+
+    def _txn_index(self, directory: str, base: int, path: str) -> None:
+        result: dict[str, Any] = {"path": path, "type": "txnindex", "baseOffset": base,
+                                  "entries": []}
+        for e in self._entries(lambda p: txn_index_entries(p, base), path, result):
             result["entries"].append(e._asdict())
             self.out(f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
                      f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}")
@@ -249,8 +270,8 @@ class _Dump:
 @json_option
 def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
              verify_index: bool, as_json: bool) -> None:
-    """Print the batches (and records) of segment FILES: .log/.index/.timeindex/.txnindex
-    files, partition folders or log directories, embedlog's or Kafka's."""
+    """Print the batches (and records) of segment FILES: .log, .index, .timeindex, .txnindex
+    or producer .snapshot files, partition folders or log directories, embedlog's or Kafka's."""
     dump = _Dump(as_json, deep_iteration or print_data_log, print_data_log, verify_index)
     for arg in files:
         for path in segment_files(arg):
@@ -260,6 +281,8 @@ def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
                 raise CommandError(str(exc)) from None
             if suffix == LOG_SUFFIX:
                 dump.log_file(directory, base, path)
+            elif suffix == SNAPSHOT_SUFFIX:
+                dump.snapshot_file(path)
             else:
                 dump.index_file(directory, base, suffix, path)
     if as_json:

@@ -7,7 +7,10 @@ Checked, for an embedlog or a Kafka broker directory (or one partition folder):
 * every ``.index`` / ``.timeindex`` entry against its log (:mod:`.segment_check`);
 * sealed segment sizes against ``embedlog.segments``; checkpoint files, ``embedlog.json`` and
   consumer groups' state and offsets parse; every topic's partition folders exist; log start
-  offsets are within the logs.
+  offsets are within the logs;
+* producer snapshots (``<offset>.snapshot``): a corrupt one, or one beyond the log end, is a
+  *warning* (a writer passes over it, or deletes it, and rebuilds the state from the batch
+  headers).
 
 Severity: an *error* makes the log unhealthy (exit code 3); a *warning* does not: a missing
 index (readers scan the log instead), an incomplete batch at the end of the active segment
@@ -28,7 +31,7 @@ from typing import Any, Literal
 import click
 
 from ..config import TopicConfig
-from ..errors import CorruptionError, EmbedlogError, UnsupportedFormatError
+from ..errors import CorruptionError, EmbedlogError, StorageError, UnsupportedFormatError
 from ..folder_check import check_folder, classify
 from ..groups import GroupState
 from ..inspect import (
@@ -37,7 +40,9 @@ from ..inspect import (
     check_time_index,
     check_txn_index,
     dense_topics,
+    producer_snapshot_offsets,
     read_checkpoint,
+    read_producer_snapshot,
     read_segment_manifest,
     rebuild_indexes,
     regular_file_size,
@@ -56,6 +61,7 @@ from ..naming import (
     LOG_SUFFIX,
     METADATA_FILE,
     ROOT_CHECKPOINTS,
+    SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     TMP_SUFFIX,
@@ -235,6 +241,20 @@ def _check_manifest(directory: str, bases: list[int], report: Report) -> None:
                                       f"{size}")
 
 
+def _check_snapshots(directory: str, end: int, report: Report) -> None:
+    for offset in producer_snapshot_offsets(directory):
+        path = segment_path(directory, offset, SNAPSHOT_SUFFIX)
+        try:
+            read_producer_snapshot(path)
+        except (CorruptionError, StorageError) as exc:
+            reason = exc.reason if isinstance(exc, CorruptionError) else str(exc)
+            report.add(path, "warning", f"{reason}: a writer passes over it")
+            continue
+        if offset > end:
+            report.add(path, "warning", f"producer snapshot beyond the log end offset {end}: "
+                       "the next writer open deletes it")
+
+
 def _segments(directory: str) -> list[int]:
     bases = []
     for name in os.listdir(directory):
@@ -262,6 +282,7 @@ class _Checker:
         for i, base in enumerate(bases):
             walk = self.segment(part, base, last=i == len(bases) - 1, previous_end=end)
             end = max(end, walk.next_offset)
+        _check_snapshots(part.directory, end, self.report)
         return end
 
     def segment(self, part: _Partition, base: int, *, last: bool, previous_end: int
