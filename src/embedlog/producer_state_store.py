@@ -17,8 +17,8 @@ A snapshot named ``N`` holds the state of every batch below offset ``N``. Rules:
   loads it first (from the previous snapshot and the segment just sealed; a log without any
   snapshot is scanned once, at its first roll); at a close only a loaded state is written (an
   older snapshot stays good: the next open replays from it). Written through
-  :func:`embedlog._io.write_atomic` (temporary file, fsync, rename, directory fsync); a failure
-  to write one is logged and changes nothing else;
+  :func:`embedlog._io.write_atomic` (temporary file, fsync, rename, directory fsync); an I/O
+  error reaches the caller like any other (at a roll it poisons the partition);
 * **prune** (:func:`prune`, after each write and at the writer's open, after recovery): the
   snapshots above the log end (stale: recovery cut what they describe) or below the log start
   are deleted, and all but the newest :data:`KEEP_SNAPSHOTS` of the rest.
@@ -135,7 +135,7 @@ def take_snapshot(owner: StateOwner, offset: int, *, load: bool) -> None:
     """Write ``owner``'s producer state as the snapshot of ``offset`` (its log end: every batch
     below it is in the state and durable), then :func:`prune`. A state not loaded yet is loaded
     first when ``load`` (a roll), else nothing is written (a close). Nothing is written when a
-    snapshot of ``offset`` exists already."""
+    snapshot of ``offset`` exists already. I/O errors propagate (``StorageError``)."""
     table = owner.producer_state
     if table is None:
         if not load:
@@ -143,13 +143,9 @@ def take_snapshot(owner: StateOwner, offset: int, *, load: bool) -> None:
         table = owner.producer_state = load_state(owner)
     if offset in snapshot_offsets(owner.directory):
         return
-    try:
-        _io.write_atomic(segment_path(owner.directory, offset, SNAPSHOT_SUFFIX),
-                         encode_snapshot(table.snapshot_entries()))
-        prune(owner.directory, owner.start_offset, offset)
-    except StorageError as exc:
-        log.warning("%s: producer snapshot at offset %d not written: %s", owner.directory,
-                    offset, exc)
+    _io.write_atomic(segment_path(owner.directory, offset, SNAPSHOT_SUFFIX),
+                     encode_snapshot(table.snapshot_entries()))
+    prune(owner.directory, owner.start_offset, offset)
 
 
 def prune(directory: str, start: int, end: int, keep: int = KEEP_SNAPSHOTS) -> None:
