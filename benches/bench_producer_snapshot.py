@@ -77,7 +77,8 @@ def main() -> None:
         print(f"{args.batches} batches, {segments} segments, {size / 2**20:.0f} MiB")
         kept = snapshots(folder)
         results = {}
-        # P1 and P3 first (the close at the end of each open writes the same snapshot again)
+        # P1: each close finds its snapshot there and writes none; P3, P2: the snapshots an
+        # open's close writes are removed after it
         results["P1 close snapshot"] = [load_once(path) for _ in range(args.repeat)]
         saved = {n: pathlib.Path(folder, n).read_bytes() for n in kept}
         for n in kept:
