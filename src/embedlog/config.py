@@ -58,6 +58,14 @@ class TopicConfig:
     """Records older than this make the partition eligible for compaction whatever its ratio."""
     delete_retention_ms: int = _kafka("delete.retention.ms", 0, default=24 * 3600 * 1000)
     """How long tombstones survive after compaction reached them (1 day)."""
+    remote_storage_enable: bool = _kafka("remote.storage.enable", default=False)
+    """Tiered storage (KIP-405): copy each sealed segment to the log's remote URI
+    (:mod:`embedlog.tiering`). Not with ``cleanup.policy=compact``."""
+    local_retention_ms: int = _kafka("local.retention.ms", -2, default=-2)
+    """With ``remote.storage.enable``: how long a segment copied to the remote stays in the
+    local folder too; -2 = ``retention.ms``, -1 = keep (at most ``retention.ms``)."""
+    local_retention_bytes: int = _kafka("local.retention.bytes", -2, default=-2)
+    """With ``remote.storage.enable``: the local size kept; -2 = ``retention.bytes``."""
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False,
                                      metadata={"kafka": None, "min": None})
     """The Kafka names the user set, even to their default value (kept and shown, as Kafka's
@@ -86,6 +94,21 @@ class TopicConfig:
             )
         if self.min_cleanable_dirty_ratio > 1:
             raise InvalidConfigError("min.cleanable.dirty.ratio must be <= 1")
+        self._check_tiering()
+
+    def _check_tiering(self) -> None:
+        """Kafka's rules: no tiered compacted topic; the local retention within the total."""
+        if not isinstance(self.remote_storage_enable, bool):
+            raise InvalidConfigError("remote.storage.enable must be true or false")
+        if self.remote_storage_enable and self.compact:
+            raise InvalidConfigError(
+                "remote.storage.enable=true needs cleanup.policy=delete (a compacted topic "
+                "cannot be tiered)")
+        for local, total, name in ((self.local_retention_ms, self.retention_ms, "ms"),
+                                   (self.local_retention_bytes, self.retention_bytes, "bytes")):
+            if local >= 0 and total >= 0 and local > total:
+                raise InvalidConfigError(
+                    f"local.retention.{name} ({local}) must be <= retention.{name} ({total})")
 
     @property
     def compact(self) -> bool:
@@ -94,6 +117,14 @@ class TopicConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def local_retention(self) -> tuple[int, int]:
+        """``(ms, bytes)`` a tiered segment stays local: -2 resolved to the total retention."""
+        ms = self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+        size = (self.retention_bytes if self.local_retention_bytes == -2
+                else self.local_retention_bytes)
+        return ms, size
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
@@ -142,6 +173,8 @@ _DEFAULTS = TopicConfig().to_kafka()
 
 def _coerce(key: str, type_name: Any, raw: Any) -> Any:
     kind = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", "")
+    if kind == "bool":
+        return _boolean(key, raw)
     try:
         if kind == "int":
             if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
@@ -163,6 +196,7 @@ _UPKEEP_NAMES = {
     "log.cleaner.backoff.ms": "cleaner_backoff_ms",
     "transactional.id.expiration.ms": "transactional_id_expiration_ms",
     "producer.id.expiration.ms": "producer_id_expiration_ms",
+    "remote.log.manager.task.interval.ms": "remote_log_manager_task_interval_ms",
 }
 
 
@@ -188,6 +222,9 @@ class UpkeepConfig:
     """``producer.id.expiration.ms``: a partition forgets the sequence state of a producer that
     wrote nothing to it for this long (1 day; applied as batches are appended, with or without
     the upkeep thread)."""
+    remote_log_manager_task_interval_ms: int = 30 * 1000
+    """``remote.log.manager.task.interval.ms``: how often a tiered log uploads its sealed
+    segments and applies the local retention (30 s; :mod:`embedlog.tiering`)."""
 
     @classmethod
     def from_kafka(cls, values: Mapping[str, Any]) -> UpkeepConfig:

@@ -38,6 +38,8 @@ from .partition import Partition, SegmentInfo
 from .partitioner import partition_for_key
 from .records import Header, Record, RecordBatch, RecordMetadata
 from .segment import format as fmt
+from .tiering.upload import drop_below
+from .tiering.upload import enforce_retention as tiered_retention
 from .topics import Topic
 from .upkeep import Upkeep
 
@@ -61,15 +63,17 @@ class Log(LogFolder):
         clock: Any = None,
         upkeep: bool | Mapping[str, Any] = True,
         adopt: bool = False,
+        remote_uri: str | None = None,
     ) -> None:
         super().__init__(path, read_only=read_only, durability=durability, create=create,
-                         clock=clock)
+                         clock=clock, remote_uri=remote_uri)
         self._round_robin = itertools.count()  # keyless records' partition
         self._compactor: Compactor | None = None
         self._cleaner: CleanerThread | None = None
         self._upkeep = Upkeep(upkeep, self._topics.healthy,
                               lambda *a: self._compaction().clean_round(*a),
-                              writable=not read_only, clock=self.clock)
+                              writable=not read_only, clock=self.clock,
+                              tier_round=self._tier_round)
         self._expirations(self._upkeep.config.transactional_id_expiration_ms,
                           self._upkeep.config.producer_id_expiration_ms)
         self._open(adopt)
@@ -301,14 +305,24 @@ class Log(LogFolder):
         it (Kafka's DeleteRecords). Returns the new log start offset."""
         self._check_writer()
         p = self._partition_of(topic, partition)
-        return p.delete_records(_validate.offset(before_offset, "before_offset"))
+        start = p.delete_records(_validate.offset(before_offset, "before_offset"))
+        drop_below(p, start)  # a tiered partition: the remote segments below it go too
+        return start
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Apply ``retention.ms`` and ``retention.bytes`` to every partition; returns the number
         of segments deleted."""
         self._check_writer()
         now_ms = _validate.optional(_validate.timestamp_ms, now_ms, "now_ms")
-        return sum(p.enforce_retention(now_ms) for p in self._topics.healthy())
+        return sum(tiered_retention(p, p.clock() if now_ms is None else now_ms)
+                   for p in self._topics.healthy())
+
+    def _tier_round(self, partitions: list[Partition], now: int
+                    ) -> tuple[int, dict[str, int]]:
+        """One tiering round (:mod:`embedlog.tiering`): nothing when the log has no remote."""
+        if self._tiering is None:
+            return 0, {}
+        return self._tiering.run(partitions, now)
 
     @property
     def upkeep(self) -> Upkeep:
@@ -417,6 +431,7 @@ def open(
     create: bool = True,
     upkeep: bool | Mapping[str, Any] = True,
     adopt: bool = False,
+    remote_uri: str | None = None,
 ) -> Log:
     """Open (creating it if needed) the log directory at ``path``.
 
@@ -428,6 +443,10 @@ def open(
     A writer runs retention and the cleaner on its own (:mod:`embedlog.upkeep`; ``upkeep``:
     Kafka's broker settings, or ``False``). A folder that is not a log raises ``NotALogError``
     (:mod:`embedlog.folder_check`); writing into a Kafka directory needs ``adopt=True``.
+
+    ``remote_uri`` (``s3://bucket/prefix``, ``file:///path``...) makes the folder tiered
+    (:mod:`embedlog.tiering`): topics with ``remote.storage.enable=true`` copy their sealed
+    segments there. The folder records it; later opens find it without being told.
     """
     return Log(path, read_only=read_only, durability=durability, create=create, upkeep=upkeep,
-               adopt=adopt)
+               adopt=adopt, remote_uri=remote_uri)

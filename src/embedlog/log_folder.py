@@ -40,6 +40,7 @@ from .folder_check import prepare_folder
 from .naming import validate_topic
 from .partition import Partition, now_ms
 from .records import TopicPartition
+from .tiering.manager import RemoteLogManager
 from .topics import Topic, TopicTable
 from .txn_coordinator import TRANSACTIONAL_ID_EXPIRATION_MS, TxnCoordinator
 
@@ -50,7 +51,7 @@ class LogFolder(_fork.ForkGuard):
     """The folder of a :class:`~embedlog.Log`: its state until :meth:`_open` opens it."""
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool, durability: Durability,
-                 create: bool, clock: Any) -> None:
+                 create: bool, clock: Any, remote_uri: str | None = None) -> None:
         if durability not in ("none", "fsync"):
             raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
         self.path = os.path.abspath(os.fspath(path))
@@ -66,6 +67,9 @@ class LogFolder(_fork.ForkGuard):
         self._txn: TxnCoordinator | None = None
         self._clean_open = False
         self._txn_id_expiration_ms = TRANSACTIONAL_ID_EXPIRATION_MS
+        self._remote_uri = remote_uri
+        self._tiering: RemoteLogManager | None = None
+        """Tiered storage (:mod:`embedlog.tiering`), when the folder has a remote."""
 
     def _expirations(self, transactional_id_ms: int, producer_id_ms: int) -> None:
         """Set ``transactional.id.expiration.ms`` and ``producer.id.expiration.ms`` (before
@@ -78,11 +82,13 @@ class LogFolder(_fork.ForkGuard):
     def _open(self, adopt: bool) -> None:
         prepare_folder(self.path, writing=not self.read_only, create=self._create, adopt=adopt)
         if self.read_only:
+            self._open_tiering()
             self._topics.load()
             return
         self._writer_lock = WriterLock(self.path)
         self._writer_lock.acquire()
         try:
+            self._open_tiering()
             clean = self._clean_open = metadata.take_clean_marker(self.path)
             self._topics.load()
             self._topics.recover(clean)
@@ -98,6 +104,11 @@ class LogFolder(_fork.ForkGuard):
             finally:
                 self._writer_lock.release()
             raise
+
+    def _open_tiering(self) -> None:
+        self._tiering = RemoteLogManager.open(self.path, self._remote_uri,
+                                              writable=not self.read_only)
+        self._topics.tiering = self._tiering
 
     def close(self) -> None:
         """Flush, trim indexes, write the checkpoints and the clean-shutdown marker, release the
@@ -122,6 +133,8 @@ class LogFolder(_fork.ForkGuard):
                 else:
                     self._close_partitions()
             finally:
+                if self._tiering is not None:
+                    self._tiering.close(self._topics.partitions())
                 if self._writer_lock is not None:
                     self._writer_lock.release()
 

@@ -32,6 +32,16 @@ Layout of a log directory (Kafka's, so Kafka tools read it)::
         00000000000000000042.snapshot    SNAPSHOT_SUFFIX: Kafka's producer-state snapshot of
                                          every batch below offset 42 (the newest two kept;
                                          embedlog.producer_state_store)
+        embedlog.remote-manifest         REMOTE_MANIFEST: the segments published to the
+                                         remote store (tiered storage; a copy of the remote's)
+
+A tiered log (:mod:`embedlog.tiering`) has a root file ``embedlog.tiering``
+(TIERING_FILE: the remote URI) and mirrors its partition folders on the remote::
+
+    <remote root>/embedlog.json                        the topic table, copied
+    <remote root>/<topic>-<partition>/<20 digits>.log|.index|.timeindex|.txnindex
+    <remote root>/<topic>-<partition>/embedlog.remote-manifest   the published segments
+
 Transient suffixes: ``.cleaned`` (a compaction's output), ``.swap`` (an output being swapped
 in), ``.deleted`` (a segment being removed), ``.tmp`` (a small file being replaced, see
 :func:`embedlog._io.write_atomic`), ``.aborted`` (the marker of an aborted Spark job next to its
@@ -71,12 +81,14 @@ __all__ = [
     "METADATA_FILE",
     "PRODUCER_IDS_FILE",
     "RECOVERY_POINT_CHECKPOINT",
+    "REMOTE_MANIFEST",
     "REPLICATION_CHECKPOINT",
     "ROOT_CHECKPOINTS",
     "SEGMENT_MANIFEST",
     "SNAPSHOT_SUFFIX",
     "SPARK_STAGING_DIR",
     "SWAP_SUFFIX",
+    "TIERING_FILE",
     "TIMEINDEX_SUFFIX",
     "TMP_SUFFIX",
     "TXNINDEX_SUFFIX",
@@ -116,6 +128,10 @@ GROUP_LEASES_DIR: Final = "leases"
 
 # -- files of a partition folder
 SEGMENT_MANIFEST: Final = "embedlog.segments"
+REMOTE_MANIFEST: Final = "embedlog.remote-manifest"
+"""Tiered storage: the published segments of a partition, on the remote and copied locally."""
+TIERING_FILE: Final = "embedlog.tiering"
+"""Tiered storage: the root file naming the remote URI of a log folder."""
 LOST_FOUND_DIR: Final = "lost+found"
 """Root folder where ``embedlog recover --truncate-damaged`` moves damaged bytes; ``+`` keeps
 it out of the ``<topic>-<partition>`` namespace."""

@@ -26,19 +26,26 @@ def open(
     upkeep: bool | Mapping[str, Any] = True,
     adopt: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
+    remote_uri: str | None = None,
 ) -> log.Log:
     """Open the log folder ``path``: a local folder exactly as :func:`embedlog.log.open` (its
     options are documented there), or a URI (``s3://bucket/prefix``, ``file:///path``...)
     read-only -- ``read_only=True`` is required -- through a private local cache made in
     ``cache_dir`` (default: the system's temporary folder) and removed on close; see
-    :mod:`embedlog.remote`.
+    :mod:`embedlog.remote`. ``remote_uri``: a local folder's tiered storage
+    (:mod:`embedlog.tiering`).
     """
     if remote.is_uri(path):
         assert isinstance(path, str)
+        if remote_uri is not None:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError("remote_uri is the tiered storage of a local folder; "
+                                       f"{path!r} is already remote")
         return remote.open_remote(path, read_only=read_only, cache_dir=cache_dir, adopt=adopt)
     if cache_dir is not None:
         from .errors import InvalidArgumentError
 
         raise InvalidArgumentError("cache_dir is only for a remote log (a URI)")
     return log.open(path, read_only=read_only, durability=durability, create=create,
-                    upkeep=upkeep, adopt=adopt)
+                    upkeep=upkeep, adopt=adopt, remote_uri=remote_uri)

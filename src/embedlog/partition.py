@@ -134,6 +134,7 @@ class Partition:
         self.producer_id_expiration_ms = PRODUCER_ID_EXPIRATION_MS
         """``producer.id.expiration.ms`` of the log (set by its topic table)."""
         self._manifest_seen: tuple[int, int, int] | None = None
+        self.tier: partition_read.RemoteSegments | None = None  # tiered: embedlog.tiering
 
     # ------------------------------------------------------------------ loading
 
@@ -151,7 +152,8 @@ class Partition:
         else:
             segs, self._manifest_seen = loader.open_view(self.directory, self.settings)
         self.segments, self._bases = segs, [s.base_offset for s in segs]
-        self.start_offset = max(start_offset, self._bases[0] if segs else start_offset)
+        low = partition_read.local_floor(self) if segs else start_offset
+        self.start_offset = max(start_offset, low)
         if self.writable and self.damage is None:
             if not segs:
                 self._add_segment(self.start_offset)
@@ -424,7 +426,7 @@ class Partition:
         (:func:`embedlog.transactions.indexed_aborted`; ``None``: a segment has none)."""
         with self.lock:
             segs = self.segments[partition_read.segment_index(self, start) :]
-        return indexed_aborted(segs, start, end)
+        return indexed_aborted(partition_read.with_remote(self, start, segs), start, end)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""

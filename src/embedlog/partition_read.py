@@ -41,13 +41,27 @@ from .segment.rules import OverlapError
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
-    "Readable", "batches", "check_range", "offset_for_timestamp", "read", "refresh_view", "scan",
-    "segment_index",
+    "Readable", "RemoteSegments", "batches", "check_range", "offset_for_timestamp", "read",
+    "refresh_view", "scan", "segment_index", "with_remote",
 ]
 
 _RESCANS = 20  # how often a scan follows the writer's deletions and swaps
 
 Batches = Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]
+
+
+class RemoteSegments(Protocol):
+    """A tiered partition's remote part (:class:`embedlog.tiering.tier.Tier`): segments
+    published to the remote store, below the first local one."""
+
+    def floor(self, local_base: int) -> int | None: ...
+
+    def refresh_note(self) -> None: ...
+
+    def segments(self, start: int, below: int, settings: SegmentSettings) -> list[Segment]: ...
+
+    def offset_for_timestamp(self, timestamp: int, below: int,
+                             settings: SegmentSettings) -> int | None: ...
 
 
 class Readable(Protocol):
@@ -63,6 +77,7 @@ class Readable(Protocol):
     start_offset: int
     _bases: list[int]
     _manifest_seen: loader.Stamp
+    tier: RemoteSegments | None
 
     @property
     def end_offset(self) -> int: ...
@@ -101,12 +116,32 @@ def _refresh_once(p: Readable, stale_dropped: bool) -> None:
         p.segments, p._manifest_seen = adopted
         p._bases = [s.base_offset for s in p.segments]
         if p._bases:
-            p.start_offset = max(p.start_offset, p._bases[0])
+            p.start_offset = max(p.start_offset, local_floor(p))
     if p.segments:
         p.segments[-1].refresh()
     persisted = p.persisted_start()
     if persisted is not None and persisted > p.start_offset:
         p.start_offset = min(persisted, p.end_offset)
+
+
+def local_floor(p: Readable) -> int:
+    """The lowest offset readable: the first local segment's base, or below it the start of
+    the tiered segments that reach it (:class:`RemoteSegments`)."""
+    base = p._bases[0]
+    if p.tier is None:
+        return base
+    if not p.writable:
+        p.tier.refresh_note()
+    floor = p.tier.floor(base)
+    return base if floor is None else floor
+
+
+def with_remote(p: Readable, start: int, segs: list[Segment]) -> list[Segment]:
+    """``segs`` (captured from the local list for a read from ``start``) preceded by the
+    tiered segments that hold the offsets from ``start`` up to the first of them."""
+    if p.tier is None or not segs or start >= segs[0].base_offset:
+        return segs
+    return p.tier.segments(start, segs[0].base_offset, p.settings) + segs
 
 
 def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool,
@@ -135,7 +170,7 @@ def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool
         with p.lock:
             p.refresh()
             offset = max(offset, p.start_offset)
-            segs = list(p.segments[segment_index(p, offset) :])
+            segs = with_remote(p, offset, list(p.segments[segment_index(p, offset) :]))
     raise gone
 
 
@@ -160,7 +195,7 @@ def batches(p: Readable, start: int | None, end: int | None, control: bool,
     ``max_records`` decoded no further than that). The segment list is captured once.
     ``start=None``: the log start when the scan begins (wherever retention moved it)."""
     start, stop, segs = _capture(p, start, end)
-    yield from scan(p, segs, start, stop, control, max_records)
+    yield from scan(p, with_remote(p, start, segs), start, stop, control, max_records)
 
 
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:
@@ -212,6 +247,10 @@ def offset_for_timestamp(p: Readable, timestamp: int) -> int | None:
     with p.lock:
         p.refresh()
         segs = list(p.segments)
+    if p.tier is not None and segs:
+        found_remote = p.tier.offset_for_timestamp(timestamp, segs[0].base_offset, p.settings)
+        if found_remote is not None:
+            return max(found_remote, p.start_offset)
     for seg in segs:
         if seg.max_timestamp < timestamp and seg is not segs[-1]:
             continue

@@ -11,12 +11,27 @@ without it still holds at least ``retention.bytes``; a negative setting disables
 
 from __future__ import annotations
 
-from .segment.segment import Segment
+from collections.abc import Sequence
+from typing import Protocol
 
-__all__ = ["expired", "segment_time"]
+__all__ = ["Measured", "expired", "segment_time"]
 
 
-def expired(segments: list[Segment], now: int, retention_ms: int, retention_bytes: int) -> int:
+class Measured(Protocol):
+    """What retention reads of a segment (a local :class:`~embedlog.segment.segment.Segment`,
+    or a tiered segment known only from the remote manifest)."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def max_timestamp(self) -> int: ...
+
+    def last_modified_ms(self) -> int: ...
+
+
+def expired(segments: Sequence[Measured], now: int, retention_ms: int,
+            retention_bytes: int) -> int:
     """How many leading segments of ``segments`` (the active one last) retention deletes."""
     total = sum(s.size for s in segments)
     doomed = 0
@@ -30,7 +45,7 @@ def expired(segments: list[Segment], now: int, retention_ms: int, retention_byte
     return doomed
 
 
-def segment_time(seg: Segment) -> int:
+def segment_time(seg: Measured) -> int:
     """The time retention.ms measures a segment by: its largest timestamp, else its mtime."""
     ts = seg.max_timestamp
     return ts if ts >= 0 else seg.last_modified_ms()

@@ -36,6 +36,7 @@ from .naming import (
 from .partition import Partition
 from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .records import TopicPartition
+from .tiering.manager import RemoteLogManager
 
 __all__ = ["Topic", "TopicTable"]
 
@@ -70,6 +71,8 @@ class TopicTable:
         self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
         self._start_watch = metadata.StartOffsetWatch(root)
         self.kept: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        self.tiering: RemoteLogManager | None = None
+        """Tiered storage (set before the load): each partition gets its ``tier``."""
         """Quarantined partitions' checkpointed (recovery point, log start), written back
         unchanged: damage is left for ``embedlog recover`` to judge, never papered over."""
 
@@ -147,6 +150,8 @@ class TopicTable:
         )
         p.settings = dataclasses.replace(p.settings, dense_tail=dense)
         p.producer_id_expiration_ms = self.producer_id_expiration_ms
+        if self.tiering is not None:
+            p.tier = self.tiering.tier_for(p)
         return p
 
     def _persisted_start_offset(self, p: Partition) -> int | None:

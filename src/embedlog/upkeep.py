@@ -31,6 +31,7 @@ from .compaction.stats import CompactionStats
 from .config import UpkeepConfig
 from .errors import ReadOnlyError, UsageError
 from .partition import Partition
+from .tiering.upload import enforce_retention as tiered_retention
 
 __all__ = ["HISTORY", "Upkeep", "UpkeepRun", "enforce_retention", "retention_preview"]
 
@@ -42,10 +43,11 @@ HISTORY = 100
 
 @dataclass(frozen=True)
 class UpkeepRun:
-    """One upkeep run: ``kind`` is ``"retention"`` or ``"cleaner"``; times in ms since the
-    epoch; ``deleted_segments`` (retention) per ``"topic-partition"``; ``cleaned`` and
-    ``records_removed`` (cleaner) the partitions compacted and the records they dropped;
-    ``error`` the failure's message, if any."""
+    """One upkeep run: ``kind`` is ``"retention"``, ``"cleaner"`` or ``"tiering"``; times in
+    ms since the epoch; ``deleted_segments`` (retention; tiering: the local copies deleted) per
+    ``"topic-partition"``; ``cleaned`` and ``records_removed`` (cleaner) the partitions
+    compacted and the records they dropped; ``uploaded`` (tiering) the segments published to
+    the remote; ``error`` the failure's message, if any."""
 
     kind: str
     started_ms: int
@@ -54,6 +56,7 @@ class UpkeepRun:
     cleaned: int = 0
     records_removed: int = 0
     error: str | None = None
+    uploaded: int = 0
 
 
 def enforce_retention(partitions: Iterable[Partition], now: int | None = None) -> UpkeepRun:
@@ -61,7 +64,7 @@ def enforce_retention(partitions: Iterable[Partition], now: int | None = None) -
     started = _now()
     deleted: dict[str, int] = {}
     for p in partitions:
-        count = p.enforce_retention(now)
+        count = tiered_retention(p, p.clock() if now is None else now)
         if count:
             deleted[f"{p.topic}-{p.partition}"] = count
     return UpkeepRun("retention", started, _now(), deleted)
@@ -98,7 +101,8 @@ class Upkeep(threading.Thread):
     (:class:`~embedlog.config.UpkeepConfig`), ``True`` for the defaults, ``False`` for no
     thread (:meth:`start` then does nothing; :meth:`run_once` still works). ``partitions``
     lists the log's partitions at the time of each run; ``clean_round(partitions, stopping)``
-    runs one cleaner round; ``clock`` gives ms."""
+    runs one cleaner round; ``tier_round(partitions, now)`` one tiering round (uploaded,
+    local segments deleted); ``clock`` gives ms."""
 
     def __init__(
         self,
@@ -108,6 +112,7 @@ class Upkeep(threading.Thread):
         *,
         writable: bool,
         clock: Callable[[], int],
+        tier_round: Callable[[list[Partition], int], tuple[int, dict[str, int]]] | None = None,
     ) -> None:
         super().__init__(name="embedlog-upkeep", daemon=True)
         self.config = UpkeepConfig.from_kafka(settings if isinstance(settings, Mapping) else {})
@@ -116,6 +121,7 @@ class Upkeep(threading.Thread):
         self.clock = clock
         self.partitions = partitions
         self.clean_round = clean_round
+        self.tier_round = tier_round
         self.history: collections.deque[UpkeepRun] = collections.deque(maxlen=HISTORY)
         self._stopping = threading.Event()
         self._changed = threading.Condition()
@@ -139,13 +145,16 @@ class Upkeep(threading.Thread):
         due = {"retention": first}
         if cfg.cleaner_enable:
             due["cleaner"] = first
+        if self.tier_round is not None:
+            due["tiering"] = first
         while not self._stopping.is_set():
             kind = min(due, key=due.__getitem__)
             if self._stopping.wait(max(0.0, due[kind] - time.monotonic())):
                 return
             self.run_once(kind)
-            interval = (cfg.retention_check_interval_ms if kind == "retention"
-                        else cfg.cleaner_backoff_ms)
+            interval = {"retention": cfg.retention_check_interval_ms,
+                        "tiering": cfg.remote_log_manager_task_interval_ms,
+                        }.get(kind, cfg.cleaner_backoff_ms)
             due[kind] = time.monotonic() + interval / 1000
 
     def preview(self, now_ms: int | None = None) -> dict[tuple[str, int], tuple[int, int]]:
@@ -159,16 +168,21 @@ class Upkeep(threading.Thread):
         return out
 
     def run_once(self, kind: str) -> UpkeepRun:
-        """One ``"retention"`` or ``"cleaner"`` run in the calling thread, recorded and
-        returned; a failure is logged and recorded with its message."""
-        if kind not in ("retention", "cleaner"):
-            raise UsageError(f"upkeep kind must be 'retention' or 'cleaner', not {kind!r}")
+        """One ``"retention"``, ``"cleaner"`` or ``"tiering"`` run in the calling thread,
+        recorded and returned; a failure is logged and recorded with its message."""
+        if kind not in ("retention", "cleaner", "tiering"):
+            raise UsageError("upkeep kind must be 'retention', 'cleaner' or 'tiering', "
+                             f"not {kind!r}")
         if not self.writable:
             raise ReadOnlyError("upkeep runs need a writer; this log was opened read-only")
         started = _now()
         try:
             if kind == "retention":
                 run = enforce_retention(self.partitions())
+            elif kind == "tiering":
+                uploaded, deleted = (self.tier_round(self.partitions(), self.clock())
+                                     if self.tier_round is not None else (0, {}))
+                run = UpkeepRun("tiering", started, _now(), deleted, uploaded=uploaded)
             else:
                 compacted = [p for p in self.partitions() if p.config.compact]
                 stats = self.clean_round(compacted, self._stopping.is_set)

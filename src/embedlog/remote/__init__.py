@@ -47,15 +47,8 @@ def open_remote(uri: str, *, read_only: bool = False,
                          "(embedlog writes only to local folders)")
     if adopt:
         raise UsageError("adopt=True writes embedlog's files; a remote log is read-only")
-    try:
-        import pyarrow.fs as pafs
-    except ImportError as exc:
-        raise UsageError("reading a remote log needs pyarrow (pip install 'embedlog[arrow]')"
-                         ) from exc
+    from ..tiering.store import filesystem
     from .log import RemoteLog
 
-    try:
-        fs, root = pafs.FileSystem.from_uri(uri)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"cannot open {uri!r}: {exc}") from exc
+    fs, root = filesystem(uri, "reading a remote log")
     return RemoteLog(fs, root, uri, cache_dir=cache_dir)

@@ -1,0 +1,187 @@
+"""One partition's tiered state: what is published on the remote, and reading it back.
+
+A :class:`Tier` belongs to a :class:`~embedlog.partition.Partition` (``p.tier``). It holds
+the partition's :class:`~.remote_manifest.Manifest` -- read at open from the local copy
+``<topic>-<partition>/embedlog.remote-manifest`` (no network), replaced by the remote's own
+on the writer's first tiering run (the remote is the truth) -- and a private read cache of
+fetched segments.
+
+Reads: :meth:`Tier.floor` is the lowest offset the remote holds *contiguously* below the
+first local segment (published segments chain by ``next``; the first local base must be the
+``next`` of one of them), so a partition's log start may lie below its first local segment.
+:meth:`Tier.segments` fetches the published segments of a range whole into the cache (indexes
+first, each file checked against its manifest size and CRC-32) and opens them as ordinary
+read-only :class:`~embedlog.segment.segment.Segment` objects, which the normal read path
+scans. The cache keeps the :data:`CACHED` most recently used segments per partition; an
+evicted one is retired (a reader that captured it keeps its descriptors) and unlinked.
+
+Lock: ``Tier.lock`` serialises manifest changes and the cache. It is taken after the
+partition's lock, never before it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from .. import _io, _paths
+from ..errors import CorruptCheckpointError, CorruptionError
+from ..naming import REMOTE_MANIFEST, filename_prefix
+from ..segment.rules import Bounds
+from ..segment.segment import Segment, SegmentSettings
+from .remote_manifest import FILES, MAX_BYTES, Manifest, Published, encode, parse
+from .store import RemoteStore
+
+__all__ = ["CACHED", "Tier"]
+
+CACHED: Final = 8
+"""Fetched segments kept per partition."""
+
+_FETCH_ORDER: Final = ("txnindex", "index", "timeindex", "log")
+
+
+class Tier:
+    """The tiered state of the partition folder ``directory`` (named ``name`` on the remote).
+    ``cache`` gives the log's private cache folder (made on first use)."""
+
+    def __init__(self, store: RemoteStore, directory: str, name: str,
+                 cache: Callable[[], str], *, writable: bool) -> None:
+        self.store = store
+        self.directory = directory
+        self.name = name
+        self.writable = writable
+        self._cache_root = cache
+        self.lock = threading.RLock()
+        self.synced = False
+        """Whether the remote's manifest was read since the open (the writer's first run)."""
+        self._note_stamp: tuple[int, int, int] | None = None
+        self.manifest = self._read_note()
+        self._cached: collections.OrderedDict[int, Segment] = collections.OrderedDict()
+
+    # ------------------------------------------------------------------ the manifest
+
+    @property
+    def note_path(self) -> str:
+        return os.path.join(self.directory, REMOTE_MANIFEST)
+
+    def _read_note(self) -> Manifest:
+        path = self.note_path
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return Manifest()
+        self._note_stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        raw = _io.read_regular(path, MAX_BYTES + 1, error=CorruptCheckpointError)
+        return Manifest() if raw is None else parse(raw, path=path)
+
+    def refresh_note(self) -> None:
+        """A read-only view: read the local copy again when the writer replaced it."""
+        try:
+            st = os.lstat(self.note_path)
+        except FileNotFoundError:
+            return
+        if (st.st_ino, st.st_size, st.st_mtime_ns) != self._note_stamp:
+            with self.lock:
+                self.manifest = self._read_note()
+
+    def sync_remote(self) -> None:
+        """The writer: take the remote's manifest as the truth (once per open), and keep
+        the local copy equal to it."""
+        with self.lock:
+            if self.synced:
+                return
+            raw = self.store.get((self.name, REMOTE_MANIFEST), MAX_BYTES)
+            remote = Manifest() if raw is None else parse(
+                raw, path=self.store.path((self.name, REMOTE_MANIFEST)))
+            if remote != self.manifest:
+                _io.write_atomic(self.note_path, encode(remote))
+                self.manifest = remote
+            self.synced = True
+
+    def publish(self, manifest: Manifest) -> None:
+        """Make ``manifest`` the published one: the remote object first (the commit point),
+        then the local copy."""
+        with self.lock:
+            data = encode(manifest)
+            self.store.put_bytes((self.name, REMOTE_MANIFEST), data)
+            _io.write_atomic(self.note_path, data)
+            self.manifest = manifest
+
+    def remote_names(self, base: int, key: str) -> tuple[str, str]:
+        return self.name, filename_prefix(base) + FILES[key]
+
+    # ------------------------------------------------------------------ reading
+
+    def floor(self, local_base: int) -> int | None:
+        """The lowest offset readable from the remote without a hole up to ``local_base`` (the
+        first local segment's base), or None when the remote holds nothing right below it."""
+        segs = self.manifest.segments
+        below = [s for s in segs if s.base < local_base]
+        if not below or below[-1].next != local_base:
+            return None
+        return max(self.manifest.log_start, below[0].base)
+
+    def segments(self, start: int, below: int, settings: SegmentSettings) -> list[Segment]:
+        """The published segments holding offsets in ``[start, below)``, fetched and opened."""
+        wanted = [s for s in self.manifest.segments if s.next > start and s.base < below]
+        return [self._open(entry, settings) for entry in wanted]
+
+    def offset_for_timestamp(self, timestamp: int, below: int,
+                             settings: SegmentSettings) -> int | None:
+        """The earliest offset below ``below`` whose timestamp is >= ``timestamp``."""
+        for entry in self.manifest.segments:
+            if entry.base < below and entry.max_timestamp >= timestamp:
+                found = self._open(entry, settings).find_offset_by_timestamp(timestamp)
+                if found is not None:
+                    return max(found, self.manifest.log_start)
+        return None
+
+    def _open(self, entry: Published, settings: SegmentSettings) -> Segment:
+        with self.lock:
+            seg = self._cached.get(entry.base)
+            if seg is not None and seg.size == entry.size:
+                self._cached.move_to_end(entry.base)
+                return seg
+            if seg is not None:
+                self.evict(entry.base)
+            folder = _paths.folder(self._cache_root(), self.name)
+            for key in _FETCH_ORDER:
+                self._fetch(entry, key, folder)
+            seg = Segment(folder, entry.base, settings, writable=False)
+            seg.bounds = Bounds(entry.next, False)
+            self._cached[entry.base] = seg
+            while len(self._cached) > CACHED:
+                self.evict(next(iter(self._cached)))
+            return seg
+
+    def _fetch(self, entry: Published, key: str, folder: str) -> None:
+        names = self.remote_names(entry.base, key)
+        local = _paths.join(folder, names[1])
+        if os.path.lexists(local):
+            _io.unlink(local)
+        size, crc = entry.files[key]
+        try:
+            got = self.store.get_file(names, local, size)
+        except BaseException:
+            _io.unlink(local)
+            raise
+        if got != crc:
+            _io.unlink(local)
+            raise CorruptionError(f"remote file does not match the CRC-32 its manifest gives "
+                                  f"({crc})", path=self.store.path(names))
+
+    def evict(self, base: int) -> None:
+        """Drop a fetched segment from the cache (readers holding it keep reading it)."""
+        with self.lock:
+            seg = self._cached.pop(base, None)
+            if seg is not None:
+                seg.delete()
+
+    def close(self) -> None:
+        with self.lock:
+            for base in list(self._cached):
+                self.evict(base)
+
