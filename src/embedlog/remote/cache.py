@@ -23,10 +23,11 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from .. import _io, _paths
-from ..errors import InvalidArgumentError
-from ..naming import LOG_SUFFIX
+from ..errors import CorruptionError, InvalidArgumentError
+from ..naming import LOG_SUFFIX, REMOTE_MANIFEST
+from ..tiering.remote_manifest import Manifest, parse
 from . import fetch
-from .listing import Plan, RemoteFile, plan
+from .listing import Plan, RemoteFile, plan, published
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -59,9 +60,14 @@ def fill(fs: pafs.FileSystem, root: str, cache: str) -> Plan:
 
 
 def fetch_partition(fs: pafs.FileSystem, root: str, cache: str,
-                    files: list[RemoteFile]) -> None:
+                    files: list[RemoteFile]) -> Manifest | None:
     """Fetch one partition folder's files (indexes before the segments they index); on any
-    error remove what this call fetched, so a later call starts over."""
+    error remove what this call fetched, so a later call starts over. In a tiered log's
+    remote (a partition folder with ``embedlog.remote-manifest``) only the published segments
+    are fetched; the manifest is returned."""
+    manifest = _remote_manifest(fs, root, files)
+    if manifest is not None:
+        files = published(files, manifest)
     made: list[str] = []
     try:
         for f in sorted(files, key=lambda f: f.names[-1].endswith(LOG_SUFFIX)):
@@ -73,6 +79,22 @@ def fetch_partition(fs: pafs.FileSystem, root: str, cache: str,
             if os.path.lexists(local):
                 _io.unlink(local)
         raise
+    return manifest
+
+
+def _remote_manifest(fs: pafs.FileSystem, root: str, files: list[RemoteFile]
+                     ) -> Manifest | None:
+    """The partition's ``embedlog.remote-manifest`` (read within its listed size), if any."""
+    for f in files:
+        if f.names[-1] == REMOTE_MANIFEST:
+            path = _remote(root, f)
+            with fs.open_input_stream(path) as stream:
+                raw = bytes(stream.read(f.size + 1))
+            if len(raw) != f.size:
+                raise CorruptionError(f"remote manifest has {len(raw)} bytes; its listing "
+                                      f"reported {f.size}", path=path)
+            return parse(raw, path=path)
+    return None
 
 
 def _remote(root: str, f: RemoteFile) -> str:

@@ -8,6 +8,7 @@ Only the files a read-only log reads are kept, each recognised by :mod:`embedlog
     <root>/embedlog.json, Kafka's root checkpoints, meta.properties     (root files)
     <root>/<topic>-<partition>/<20 digits>.log|.index|.timeindex|.txnindex[.swap]
     <root>/<topic>-<partition>/embedlog.segments
+    <root>/<topic>-<partition>/embedlog.remote-manifest   (a tiered log's remote)
 
 Everything else (``__groups/``, ``lost+found/``, producer snapshots, a broker's
 ``leader-epoch-checkpoint``, deeper folders) is left on the remote. Each kept name passes
@@ -29,6 +30,7 @@ from ..folder_check import KAFKA_MARKERS
 from ..naming import (
     LOG_SUFFIX,
     METADATA_FILE,
+    REMOTE_MANIFEST,
     ROOT_CHECKPOINTS,
     SEGMENT_MANIFEST,
     SNAPSHOT_SUFFIX,
@@ -36,11 +38,13 @@ from ..naming import (
     parse_partition_dir,
     parse_segment_file,
 )
+from ..tiering.remote_manifest import FILES, Manifest
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["INDEX_MAX", "SEGMENT_MAX", "SMALL_FILE_MAX", "Plan", "RemoteFile", "plan"]
+__all__ = ["INDEX_MAX", "SEGMENT_MAX", "SMALL_FILE_MAX", "Plan", "RemoteFile", "plan",
+           "published"]
 
 SMALL_FILE_MAX: Final = 16 << 20
 """Largest root file or ``embedlog.segments`` fetched (bytes)."""
@@ -118,10 +122,27 @@ def _limit(names: tuple[str, ...]) -> int | None:
     if len(names) != 2 or parse_partition_dir(names[0]) is None:
         return None
     name = names[1]
-    if name == SEGMENT_MANIFEST:
+    if name in (SEGMENT_MANIFEST, REMOTE_MANIFEST):
         return SMALL_FILE_MAX
     parsed = parse_segment_file(name)
     if parsed is None or parsed[2] not in ("", SWAP_SUFFIX) or parsed[1] == SNAPSHOT_SUFFIX:
         return None
     _paths.component(name, "remote segment file", CorruptionError)
     return SEGMENT_MAX if parsed[1] == LOG_SUFFIX else INDEX_MAX
+
+
+def published(files: list[RemoteFile], manifest: Manifest) -> list[RemoteFile]:
+    """The files of a tiered log's partition folder that ``manifest`` publishes, at the size it
+    gives: a segment uploaded but not published yet (or left over after its deletion) is
+    garbage a reader never sees; the manifest itself is left out."""
+    sizes = {(s.base, FILES[key]): file for s in manifest.segments
+             for key, file in s.files.items()}
+    kept = []
+    for f in files:
+        parsed = parse_segment_file(f.names[-1])
+        if parsed is None or parsed[2]:
+            continue
+        listed = sizes.get((parsed[0], parsed[1]))
+        if listed is not None and listed[0] == f.size:
+            kept.append(f)
+    return kept

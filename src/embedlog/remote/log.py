@@ -61,9 +61,12 @@ class RemoteLog(Log):
             with self._fetch_lock:
                 files = self._pending.get(name)
                 if files is not None:
-                    cache.fetch_partition(self._fs, self._root, self.path, files)
+                    tiered = cache.fetch_partition(self._fs, self._root, self.path, files)
                     del self._pending[name]
                     p.refresh()
+                    if tiered is not None and p.segments:  # a tiered log's log start
+                        p.start_offset = min(max(p.start_offset, tiered.log_start),
+                                             p.end_offset)
         return p
 
     def close(self) -> None:

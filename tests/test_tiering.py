@@ -1,0 +1,184 @@
+"""Tiered storage (KIP-405's write side): a log with ``remote_uri`` copies sealed segments to
+the remote, publishes them after their files, deletes local copies after the local retention,
+and reads old offsets back from the remote; retention and ``delete_records`` delete remote
+segments too. The same tests run against a ``file://`` folder and moto's S3 server on
+127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import embedlog
+from embedlog import InvalidConfigError, OffsetOutOfRangeError
+from tiering_helpers import (
+    SMALL_SEGMENTS,
+    T0,
+    TOPIC,
+    check_published_complete,
+    file_uri,
+    fill,
+    local_bases,
+    manifest,
+    open_tiered,
+    put_remote,
+    remote_objects,
+    s3_uri,
+)
+
+pytest.importorskip("pyarrow.fs", reason="tiered storage needs pyarrow")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    from s3_endpoint import moto_s3
+
+    with moto_s3() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["file", "s3"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return file_uri(tmp_path / "remote")
+    return s3_uri(request.getfixturevalue("s3_endpoint"))
+
+
+def _values(log: embedlog.Log, start: int | None = 0) -> list[bytes | None]:
+    return [r.value for r in log.read(TOPIC, 0, start)]
+
+
+def test_sealed_segments_go_remote_and_old_offsets_read_back(tmp_path: Path,
+                                                             remote: str) -> None:
+    local = tmp_path / "log"
+    log = open_tiered(local, remote, {**SMALL_SEGMENTS, "local.retention.bytes": 2048})
+    values = fill(log, 150)
+    run = log.upkeep.run_once("tiering")
+    assert run.error is None and run.uploaded >= 5
+    published = check_published_complete(remote)
+    assert published == sorted(published) and published[0] == 0
+    kept = local_bases(local)
+    assert kept[0] > 0 and kept[0] in published  # older local copies are gone
+    assert run.deleted_segments == {f"{TOPIC}-0": published.index(kept[0])}
+    assert log.start_offset(TOPIC, 0) == 0
+    assert _values(log) == values
+    assert _values(log, 3) == values[3:]
+    assert [r.offset for r in log.read(TOPIC, 0, 1, max_records=2)] == [1, 2]
+    assert log.offsets_for_times(TOPIC, 0, T0 + 7) == 7
+    log.close()
+
+    again = embedlog.open(local, upkeep=False)  # the folder remembers its remote
+    assert again.start_offset(TOPIC, 0) == 0 and _values(again) == values
+    with again.consumer(TOPIC, isolation_level="read_committed") as consumer:
+        got = []
+        while len(got) < len(values):
+            batch = consumer.poll(timeout=2.0, max_records=7)
+            assert batch, "the consumer stopped short"
+            got += [r.value for r in batch]
+    assert got == values
+    view = embedlog.open(local, read_only=True)
+    assert _values(view) == values
+    view.close()
+    again.close()
+
+
+def test_the_remote_read_only_open_sees_published_segments_only(tmp_path: Path,
+                                                                remote: str) -> None:
+    log = open_tiered(tmp_path / "log", remote)
+    values = fill(log, 100)
+    log.upkeep.run_once("tiering")
+    published = manifest(remote)["segments"]
+    end = published[-1]["next"]
+    # a segment uploaded but never published (a crash before the manifest) stays invisible
+    put_remote(remote, f"{TOPIC}-0/{end:020d}.log", b"\0" * 100)
+    log.close()
+    with embedlog.open(remote, read_only=True) as ro:
+        assert ro.end_offset(TOPIC, 0) == end
+        assert [r.value for r in ro.read(TOPIC, 0, 0)] == values[:end]
+
+
+def test_retention_and_delete_records_delete_remote_segments(tmp_path: Path,
+                                                             remote: str) -> None:
+    local = tmp_path / "log"
+    log = open_tiered(local, remote, {**SMALL_SEGMENTS, "local.retention.bytes": 1024})
+    values = fill(log, 150)
+    log.upkeep.run_once("tiering")
+    first = manifest(remote)["segments"]
+    cut = first[2]["base"]
+    assert log.delete_records(TOPIC, 0, cut + 1) == cut + 1
+    after = manifest(remote)
+    assert after["log_start"] == cut + 1 and after["segments"][0]["base"] == cut
+    assert not any(name.startswith(f"{TOPIC}-0/{first[0]['base']:020d}")
+                   for name in remote_objects(remote))
+    assert _values(log, None) == values[cut + 1:]
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.read(TOPIC, 0, cut))
+
+    total = sum(s.size for s in log.segments(TOPIC, 0))
+    log.alter_topic(TOPIC, {"retention.bytes": total + 1500, "local.retention.bytes": 1024})
+    deleted = log.enforce_retention()
+    assert deleted >= 1
+    start = log.start_offset(TOPIC, 0)
+    assert start > cut + 1
+    assert manifest(remote)["segments"][0]["next"] > start
+    check_published_complete(remote)
+    assert _values(log, None) == values[start:]
+    log.close()
+    with embedlog.open(local, upkeep=False) as again:
+        assert again.start_offset(TOPIC, 0) == start and _values(again, None) == values[start:]
+
+
+def test_uploads_resume_where_they_stopped_and_are_idempotent(tmp_path: Path) -> None:
+    remote = file_uri(tmp_path / "remote")
+    log = open_tiered(tmp_path / "log", remote)
+    fill(log, 60)
+    assert log.upkeep.run_once("tiering").uploaded >= 2
+    before = manifest(remote)
+    assert log.upkeep.run_once("tiering").uploaded == 0  # nothing new: nothing sent
+    assert manifest(remote) == before
+    fill(log, 60, start=60)
+    log.upkeep.run_once("tiering")
+    bases = check_published_complete(remote)
+    assert bases[: len(before["segments"])] == [s["base"] for s in before["segments"]]
+    log.close()
+
+
+def test_topics_without_remote_storage_stay_local(tmp_path: Path) -> None:
+    remote = file_uri(tmp_path / "remote")
+    log = open_tiered(tmp_path / "log", remote, {"segment.bytes": 1024})
+    fill(log, 80)
+    assert log.upkeep.run_once("tiering").uploaded == 0
+    assert not any(name.startswith(f"{TOPIC}-0/") for name in remote_objects(remote))
+    log.close()
+
+
+@pytest.mark.parametrize("config", [
+    {"remote.storage.enable": True, "cleanup.policy": "compact"},
+    {"remote.storage.enable": "maybe"},
+    {"local.retention.ms": -3},
+    {"retention.ms": 1000, "local.retention.ms": 2000},
+])
+def test_tiering_settings_are_checked(tmp_path: Path, config: dict[str, object]) -> None:
+    with embedlog.open(tmp_path / "log", upkeep=False) as log, \
+            pytest.raises(InvalidConfigError):
+        log.create_topic("t", config=config)
+
+
+def test_a_damaged_remote_manifest_is_refused(tmp_path: Path) -> None:
+    remote = file_uri(tmp_path / "remote")
+    local = tmp_path / "log"
+    log = open_tiered(local, remote, {**SMALL_SEGMENTS, "local.retention.bytes": 1024})
+    fill(log, 100)
+    log.upkeep.run_once("tiering")
+    log.close()
+    put_remote(remote, f"{TOPIC}-0/embedlog.remote-manifest",
+               b'{"format": "embedlog-remote-manifest", "version": 1, "log_start": 0, '
+               b'"segments": [{"base": 5, "next": 2}]}')
+    with pytest.raises(embedlog.CorruptionError):
+        embedlog.open(remote, read_only=True).read(TOPIC, 0, 0)
+    again = embedlog.open(local, upkeep=False)
+    run = again.upkeep.run_once("tiering")  # the writer takes the remote's word: refused
+    assert run.error is not None and "remote manifest" in run.error
+    again.close()
