@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from .recording import DATA_OPS, DIR_OPS, BaseImage, Op
 
-__all__ = ["TORN_MODES", "CrashState", "crash_states", "materialize", "write_image", "write_tree"]
+__all__ = ["TORN_MODES", "CrashState", "crash_states", "materialize", "read_tree", "write_image",
+           "write_tree"]
 
 TORN_MODES = ("cut", "zeros", "garbage", "tailzeros", "tailgarbage", "skip")
 
@@ -298,3 +299,14 @@ def _data_end(data: bytes) -> int:
     while end and data[end - 1] == 0:
         end -= 1
     return end
+
+
+def read_tree(root: str) -> dict[str, bytes]:
+    """Every file below ``root``: relative path -> bytes (what :func:`write_tree` lays out)."""
+    out = {}
+    for top, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(top, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out

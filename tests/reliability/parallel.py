@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-__all__ = ["pmap", "workers"]
+__all__ = ["first_failure", "pmap", "workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -41,3 +41,14 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, stop: Callable[[R], bool] 
             if stop is not None and stop(res):
                 pool.terminate()
                 return
+
+
+def first_failure(checked: Iterable[tuple[str, list[str]]]) -> tuple[int, list[str]]:
+    """A worker's share of crash states, ``(where, problems)`` each: how many it checked
+    before the first failure, and that failure (none: ``[]``)."""
+    states = 0
+    for where, found in checked:
+        states += 1
+        if found:
+            return states, [f"{where}: {' | '.join(found)}"]
+    return states, []

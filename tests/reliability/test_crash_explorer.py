@@ -14,22 +14,12 @@ import pytest
 import embedlog
 from embedlog import _io
 
-from .crash_states import crash_states
+from .crash_states import crash_states, read_tree
 from .explorer import explore, explore_many
 from .recording import Op, RecordingFS
 from .workloads import Workload, ace_workloads, random_workloads, run, scratch_dir, setup
 
 MIN_STATES = 20_000
-
-
-def _tree(root: str) -> dict[str, bytes]:
-    out = {}
-    for top, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(top, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = f.read()
-    return out
 
 
 def test_recorder_sees_every_mutation_and_replays_to_the_real_tree() -> None:
@@ -46,7 +36,7 @@ def test_recorder_sees_every_mutation_and_replays_to_the_real_tree() -> None:
     last = list(crash_states(fs.base, fs.ops, points=range(len(fs.ops) - 1, len(fs.ops))))
     full = [s for s in last if s.choice == "everything issued reached the disk"]
     assert len(full) == 1
-    disk = _tree(root)
+    disk = read_tree(root)
     assert full[0].files == disk
 
 

@@ -38,7 +38,7 @@ from embedlog import txn_state_log as tsl
 from embedlog.naming import TXN_STATE_FILE
 
 from .crash_states import crash_states, write_image
-from .parallel import pmap, workers
+from .parallel import first_failure, pmap, workers
 from .recording import RecordingFS
 from .workloads import scratch_dir
 
@@ -250,12 +250,7 @@ def _shard(job: tuple[int, int]) -> Iterator[tuple[str, list[str]]]:
 
 def _checked_shard(job: tuple[int, int]) -> tuple[int, list[str]]:
     """A worker's share: how many states it checked, and the first failure."""
-    states = 0
-    for where, found in _shard(job):
-        states += 1
-        if found:
-            return states, [f"{where}: {' | '.join(found)}"]
-    return states, []
+    return first_failure(_shard(job))
 
 
 def _run(max_per_point: int, *, earlier: bool, only_a: bool = False) -> int:
