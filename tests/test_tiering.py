@@ -6,10 +6,13 @@ segments too. The same tests run against a ``file://`` folder and moto's S3 serv
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import embedlog
 from embedlog import InvalidConfigError, OffsetOutOfRangeError
@@ -182,3 +185,72 @@ def test_a_damaged_remote_manifest_is_refused(tmp_path: Path) -> None:
     run = again.upkeep.run_once("tiering")  # the writer takes the remote's word: refused
     assert run.error is not None and "remote manifest" in run.error
     again.close()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=120),
+       segment_bytes=st.integers(300, 3000),
+       local_bytes=st.sampled_from([-2, 0, 500, 2000]),
+       cut=st.floats(0, 1),
+       reads=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 50)), max_size=6))
+def test_reads_across_the_boundary_equal_a_log_never_tiered(
+        tmp_path: Path, sizes: list[int], segment_bytes: int, local_bytes: int, cut: float,
+        reads: list[tuple[float, int]]) -> None:
+    config = {"segment.bytes": segment_bytes, "index.interval.bytes": 64}
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        root = Path(scratch)
+        plain = open_tiered(root / "plain", None, config)
+        tiered = open_tiered(root / "tiered", file_uri(root / "remote"),
+                             {**config, "remote.storage.enable": True,
+                              "local.retention.bytes": local_bytes})
+        for log in (plain, tiered):
+            for i, size in enumerate(sizes):
+                log.append(TOPIC, bytes([i % 251]) * size, key=b"%d" % i, partition=0,
+                           timestamp=T0 + i)
+        tiered.upkeep.run_once("tiering")
+        before = int(cut * len(sizes))
+        assert plain.delete_records(TOPIC, 0, before) == tiered.delete_records(TOPIC, 0, before)
+        for log in (plain, tiered):
+            log.upkeep.run_once("tiering")
+        start, end = plain.start_offset(TOPIC, 0), plain.end_offset(TOPIC, 0)
+        assert (tiered.start_offset(TOPIC, 0), tiered.end_offset(TOPIC, 0)) == (start, end)
+        assert list(tiered.read(TOPIC, 0)) == list(plain.read(TOPIC, 0))
+        for where, count in reads:
+            offset = start + int(where * (end - start))
+            assert (list(tiered.read(TOPIC, 0, offset, max_records=count))
+                    == list(plain.read(TOPIC, 0, offset, max_records=count)))
+            stamp = T0 + offset
+            assert (tiered.offsets_for_times(TOPIC, 0, stamp)
+                    == plain.offsets_for_times(TOPIC, 0, stamp))
+        plain.close()
+        tiered.close()
+
+
+def test_the_command_line_reads_tiered_offsets(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from embedlog.cli import cli
+
+    remote = file_uri(tmp_path / "remote")
+    local = tmp_path / "log"
+    log = open_tiered(local, remote, {**SMALL_SEGMENTS, "local.retention.bytes": 1024})
+    values = fill(log, 80)
+    log.upkeep.run_once("tiering")
+    published = manifest(remote)["segments"]
+    log.close()
+    assert local_bases(local)[0] > 0
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(local)})
+    out = runner.invoke(cli, ["consume", TOPIC, "--from-beginning", "--print-offset"],
+                        prog_name="embedlog")
+    assert out.exit_code == 0, out.output
+    lines = [line for line in out.output.splitlines() if line.startswith("Offset:")]
+    assert lines == [f"Offset:{i}\t{v.decode()}" for i, v in enumerate(values)]
+    out = runner.invoke(cli, ["dump-log", "--json", remote], prog_name="embedlog")
+    assert out.exit_code == 0, out.output
+    import json
+
+    files = json.loads(out.output)["files"]
+    assert [f["baseOffset"] for f in files] == [s["base"] for s in published]
+    assert files[0]["path"] == f"{remote}/{TOPIC}-0/{0:020d}.log"
+    assert sum(b["count"] for f in files for b in f["batches"]) == published[-1]["next"]

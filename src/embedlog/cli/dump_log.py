@@ -3,7 +3,10 @@
 FILE may be a ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` or producer ``.snapshot``
 file (one line per producer, with ``kafka-dump-log``'s field names), a partition folder, or
 a whole log directory (embedlog's or a Kafka broker's): folders expand to their ``.log`` files
-in offset order. Batch lines use ``kafka-dump-log``'s field names, a ``.txnindex`` entry line
+in offset order. A URI (``s3://...``, ``file://...``) is a remote log folder -- a tiered log's
+remote among them, of which only the published segments are dumped: its files are fetched
+into a private cache (:mod:`embedlog.remote`) and named by their remote path.
+Batch lines use ``kafka-dump-log``'s field names, a ``.txnindex`` entry line
 its ``version: producerId: firstOffset: lastOffset: lastStableOffset:``; ``--deep-iteration``
 adds a line per record and ``--print-data-log`` its key and payload. ``--verify-index`` checks
 every entry of the segment's indexes (the ``.txnindex`` too, against the log's ABORT markers).
@@ -13,6 +16,7 @@ entry), 5 when a segment is in Kafka's unsupported v0/v1 format.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +41,7 @@ from ..inspect import (
     txn_index_entries,
 )
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
+from ..remote import is_uri, open_remote
 from .app import EXIT_CORRUPT, EXIT_UNSUPPORTED, CommandError
 from .jsonbytes import to_json
 from .options import json_option
@@ -260,6 +265,20 @@ class _Dump:
         self.docs.append(result)
 
 
+@contextlib.contextmanager
+def _local(arg: str) -> Iterator[tuple[str, str]]:
+    """``(local path, shown name)`` of a dump-log argument: itself, or for a URI the cache
+    folder of a remote read-only open with every partition fetched (removed afterwards)."""
+    if not is_uri(arg):
+        yield arg, arg
+        return
+    with open_remote(arg, read_only=True) as log:
+        for topic in log.topics():
+            for partition in range(log.partition_count(topic)):
+                log.start_offset(topic, partition)  # fetches the partition's files
+        yield log.path, arg.split("?", 1)[0].rstrip("/")
+
+
 @click.command("dump-log")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--deep-iteration", is_flag=True, help="Also print one line per record.")
@@ -271,20 +290,22 @@ class _Dump:
 def dump_log(files: Sequence[str], deep_iteration: bool, print_data_log: bool,
              verify_index: bool, as_json: bool) -> None:
     """Print the batches (and records) of segment FILES: .log, .index, .timeindex, .txnindex
-    or producer .snapshot files, partition folders or log directories, embedlog's or Kafka's."""
+    or producer .snapshot files, partition folders or log directories, embedlog's or Kafka's,
+    or a remote log folder's URI (a tiered log's remote: its published segments)."""
     dump = _Dump(as_json, deep_iteration or print_data_log, print_data_log, verify_index)
     for arg in files:
-        for path in segment_files(arg):
-            try:
-                directory, base, suffix = segment_file(path)
-            except ValueError as exc:
-                raise CommandError(str(exc)) from None
-            if suffix == LOG_SUFFIX:
-                dump.log_file(directory, base, path)
-            elif suffix == SNAPSHOT_SUFFIX:
-                dump.snapshot_file(path)
-            else:
-                dump.index_file(directory, base, suffix, path)
+        with _local(arg) as (folder, shown):
+            for path in segment_files(folder):
+                try:
+                    directory, base, suffix = segment_file(path)
+                except ValueError as exc:
+                    raise CommandError(str(exc)) from None
+                if suffix == LOG_SUFFIX:
+                    dump.log_file(directory, base, shown + path[len(folder):])
+                elif suffix == SNAPSHOT_SUFFIX:
+                    dump.snapshot_file(path)
+                else:
+                    dump.index_file(directory, base, suffix, path)
     if as_json:
         echo_json({"files": dump.docs, "problems": dump.problems})
     if dump.problems:
