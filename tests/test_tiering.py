@@ -254,3 +254,35 @@ def test_the_command_line_reads_tiered_offsets(tmp_path: Path) -> None:
     assert [f["baseOffset"] for f in files] == [s["base"] for s in published]
     assert files[0]["path"] == f"{remote}/{TOPIC}-0/{0:020d}.log"
     assert sum(b["count"] for f in files for b in f["batches"]) == published[-1]["next"]
+
+
+def test_unpublished_remote_files_are_collected_by_the_next_writer(tmp_path: Path,
+                                                                   remote: str) -> None:
+    local = tmp_path / "log"
+    log = open_tiered(local, remote)
+    fill(log, 60)
+    log.upkeep.run_once("tiering")
+    end = manifest(remote)["segments"][-1]["next"]
+    log.close()
+    garbage = [f"{TOPIC}-0/{end:020d}.index", f"{TOPIC}-0/{99_999:020d}.log"]
+    for name in garbage:  # an upload cut short, a deletion cut short
+        put_remote(remote, name, b"\0" * 16)
+    again = embedlog.open(local, upkeep=False)
+    assert again.upkeep.run_once("tiering").error is None
+    left = remote_objects(remote)
+    assert not any(name in left for name in garbage)
+    assert check_published_complete(remote)[-1] >= manifest(remote)["segments"][0]["base"]
+    assert _values(again) == [b"%06d-" % i + b"x" * 40 for i in range(60)]
+    again.close()
+
+
+def test_deleting_a_tiered_topic_deletes_its_remote_segments(tmp_path: Path) -> None:
+    remote = file_uri(tmp_path / "remote")
+    log = open_tiered(tmp_path / "log", remote)
+    fill(log, 60)
+    log.upkeep.run_once("tiering")
+    assert any(name.endswith(".log") for name in remote_objects(remote))
+    log.delete_topic(TOPIC)
+    assert not any(name.endswith(".log") for name in remote_objects(remote))
+    assert manifest(remote)["segments"] == []
+    log.close()

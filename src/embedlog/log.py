@@ -112,12 +112,14 @@ class Log(LogFolder):
             self._topics.create(name, partitions, cfg)
 
     def delete_topic(self, name: str) -> None:
-        """Remove a topic and all its files."""
+        """Remove a topic and all its files (a tiered topic's remote segments too)."""
         with self._lock:
             self._check_writer()
             self._topic(name)
             topic = self._topics.remove(name)
             self._compaction().forget(name, topic.partitions)
+            for p in topic.partitions:
+                drop_below(p, None)
             self._topics.delete_files(topic)
 
     def alter_topic(self, name: str, config: Mapping[str, Any]) -> TopicConfig:

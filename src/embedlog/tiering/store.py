@@ -165,7 +165,7 @@ class RemoteStore:
         except OSError as exc:
             raise _remote_error(exc, "list", base) from exc
         return {str(i.base_name): int(i.size or 0) for i in infos
-                if i.type == pafs.FileType.File}
+                if i.type == pafs.FileType.File and not str(i.base_name).endswith(TMP_SUFFIX)}
 
 
 def _missing(exc: OSError) -> bool:

@@ -29,7 +29,7 @@ from typing import Final
 
 from .. import _io, _paths
 from ..errors import CorruptCheckpointError, CorruptionError
-from ..naming import REMOTE_MANIFEST, filename_prefix
+from ..naming import REMOTE_MANIFEST, filename_prefix, parse_segment_file
 from ..segment.rules import Bounds
 from ..segment.segment import Segment, SegmentSettings
 from .remote_manifest import FILES, MAX_BYTES, Manifest, Published, encode, parse
@@ -99,7 +99,19 @@ class Tier:
             if remote != self.manifest:
                 _io.write_atomic(self.note_path, encode(remote))
                 self.manifest = remote
+            self._collect_garbage()
             self.synced = True
+
+    def _collect_garbage(self) -> None:
+        """Delete the remote segment files no manifest entry names: an upload a crash cut
+        short, or a segment whose deletion a crash interrupted (the writer is alone, so nothing
+        unpublished is in flight at its first run)."""
+        published = {(s.base, FILES[key]) for s in self.manifest.segments for key in s.files}
+        for name in sorted(self.store.listing(self.name)):
+            parsed = parse_segment_file(name)
+            if parsed is not None and (parsed[0], parsed[1]) not in published and (
+                    parsed[1] in FILES.values() and not parsed[2]):
+                self.store.delete((self.name, name))
 
     def publish(self, manifest: Manifest) -> None:
         """Make ``manifest`` the published one: the remote object first (the commit point),

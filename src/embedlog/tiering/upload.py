@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import _io
+from ..config import LONG_MAX
 from ..manifest import write_manifest
 from ..naming import segment_path
 from ..partition import Partition
@@ -165,22 +166,24 @@ def enforce_retention(p: Partition, now: int) -> int:
     return doomed
 
 
-def drop_below(p: Partition, start: int) -> int:
-    """Unpublish the remote segments wholly below ``start`` (the manifest first), then delete
-    their objects; returns how many went. Called without the partition's lock."""
+def drop_below(p: Partition, start: int | None) -> int:
+    """Unpublish the remote segments wholly below ``start`` (``None``: all of them, the topic
+    is being deleted) -- the manifest first --, then delete their objects; returns how many
+    went. Called without the partition's lock."""
     tier = tier_of(p)
-    if tier is None or not tier.writable:
+    if tier is None or not tier.writable or (
+            not p.config.remote_storage_enable and not tier.manifest.segments):
         return 0
     with tier.lock:
-        m = tier.manifest
-        gone = [e for e in m.segments if e.next <= start]
-        if not gone and m.log_start >= start:
-            return 0
         if not tier.synced:
             tier.sync_remote()
-            return drop_below(p, start)
-        tier.publish(Manifest(max(m.log_start, start),
-                              tuple(e for e in m.segments if e.next > start)))
+        m = tier.manifest
+        limit = LONG_MAX if start is None else start
+        gone = [e for e in m.segments if e.next <= limit]
+        if not gone and m.log_start >= limit:
+            return 0
+        tier.publish(Manifest(m.log_start if start is None else max(m.log_start, start),
+                              tuple(e for e in m.segments if e.next > limit)))
         for entry in gone:
             tier.evict(entry.base)
             for key in FILES:
