@@ -7,7 +7,7 @@ segments too. The same tests run against a ``file://`` folder and moto's S3 serv
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -285,4 +285,50 @@ def test_deleting_a_tiered_topic_deletes_its_remote_segments(tmp_path: Path) -> 
     log.delete_topic(TOPIC)
     assert not any(name.endswith(".log") for name in remote_objects(remote))
     assert manifest(remote)["segments"] == []
+    log.close()
+
+
+def test_rounds_reads_and_appends_run_concurrently(tmp_path: Path) -> None:
+    """Appends, tiering rounds (uploads, local deletions), delete_records and readers from
+    the log start, in parallel: every read is a run of the records written, from the start."""
+    import threading
+
+    remote = file_uri(tmp_path / "remote")
+    log = open_tiered(tmp_path / "log", remote, {**SMALL_SEGMENTS, "local.retention.bytes": 0})
+    expected = [b"%06d-" % i + b"x" * 40 for i in range(400)]
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+        return run
+
+    def rounds() -> None:
+        while not done.is_set():
+            run = log.upkeep.run_once("tiering")
+            assert run.error is None, run.error
+            if log.end_offset(TOPIC, 0) > 200:
+                log.delete_records(TOPIC, 0, 50)
+
+    def reads() -> None:
+        while not done.is_set():
+            start = log.start_offset(TOPIC, 0)
+            got = [r.value for r in log.read(TOPIC, 0, start)]
+            assert got == expected[start:start + len(got)]
+
+    threads = [threading.Thread(target=guarded(f)) for f in (rounds, reads)]
+    for t in threads:
+        t.start()
+    fill(log, 400)
+    done.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    log.upkeep.run_once("tiering")
+    assert _values(log, 50) == expected[50:]
+    check_published_complete(remote)
     log.close()

@@ -63,6 +63,7 @@ class RemoteLogManager:
         self.store = store
         self.writable = writable
         self._lock = threading.Lock()
+        self._round = threading.Lock()  # one tiering round at a time
         self._cache: str | None = None
         self._owner = os.getpid()
         self._metadata_sent: bytes | None = None
@@ -98,14 +99,15 @@ class RemoteLogManager:
     def run(self, partitions: Iterable[Partition], now: int) -> tuple[int, dict[str, int]]:
         """One tiering round; returns the segments uploaded and the local segments deleted
         per ``"topic-partition"``."""
-        self._send_metadata()
         uploaded, deleted = 0, {}
-        for p in partitions:
-            if tier_of(p) is not None and p.config.remote_storage_enable:
-                uploaded += upload(p)
-                count = expire_local(p, now)
-                if count:
-                    deleted[f"{p.topic}-{p.partition}"] = count
+        with self._round:
+            self._send_metadata()
+            for p in partitions:
+                if tier_of(p) is not None and p.config.remote_storage_enable:
+                    uploaded += upload(p)
+                    count = expire_local(p, now)
+                    if count:
+                        deleted[f"{p.topic}-{p.partition}"] = count
         return uploaded, deleted
 
     def _send_metadata(self) -> None:

@@ -87,8 +87,11 @@ def _publish(p: Partition, tier: Tier, seg: Segment, nxt: int) -> None:
             continue
         files[key] = tier.store.put_file(names, local)
     entry = Published(seg.base_offset, nxt, seg.max_timestamp, files)
-    m = tier.manifest
-    tier.publish(Manifest(max(m.log_start, p.start_offset), (*m.segments, entry)))
+    with tier.lock:  # a concurrent drop_below or round may have changed the manifest
+        m = tier.manifest
+        if (m.segments and m.segments[-1].next != seg.base_offset) or nxt <= m.log_start:
+            return  # published meanwhile, or already below the log start: left as garbage
+        tier.publish(Manifest(max(m.log_start, p.start_offset), (*m.segments, entry)))
 
 
 def expire_local(p: Partition, now: int) -> int:
