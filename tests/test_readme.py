@@ -64,6 +64,7 @@ def test_python_examples_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyP
     assert "['audit', 'events', 'profiles']" in out
     assert "[('user-0', 100, 990), ('user-1', 100, 991), ('user-2', 100, 992)]" in out  # DuckDB
     assert "[b'book', b'lamp', b'pen']" in out  # the asyncio service
+    assert "tiered 0 500" in out  # read back across the local/remote boundary
 
 
 @pytest.mark.spark
