@@ -332,3 +332,33 @@ def test_rounds_reads_and_appends_run_concurrently(tmp_path: Path) -> None:
     assert _values(log, 50) == expected[50:]
     check_published_complete(remote)
     log.close()
+
+
+def test_cleanup_runs_a_tiering_round_and_its_dry_run_counts_remote_segments(
+        tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from embedlog.cli import cli
+
+    remote = file_uri(tmp_path / "remote")
+    local = tmp_path / "log"
+    log = open_tiered(local, remote, {**SMALL_SEGMENTS, "local.retention.bytes": 1024})
+    fill(log, 80)
+    log.close()
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(local)})
+    out = runner.invoke(cli, ["cleanup", "--json"], prog_name="embedlog")
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    bases = [s["base"] for s in manifest(remote)["segments"]]
+    assert report["uploaded_segments"] == len(bases) > 2
+    assert report["local_deleted_segments"] == {f"{TOPIC}-0": bases.index(local_bases(local)[0])}
+    with embedlog.open(local, upkeep=False) as again:
+        again.alter_topic(TOPIC, {"retention.bytes": 2048, "local.retention.bytes": 1024})
+    out = runner.invoke(cli, ["cleanup", "--dry-run", "--json"], prog_name="embedlog")
+    [row] = json.loads(out.output)
+    assert row["segments_to_delete"] > len(local_bases(local)) - 1  # remote ones count too
+    with embedlog.open(local, upkeep=False) as again:  # the run does what the dry run said
+        assert again.enforce_retention() == row["segments_to_delete"]
+        assert again.start_offset(TOPIC, 0) == row["new_start_offset"]

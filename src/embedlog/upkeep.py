@@ -32,6 +32,7 @@ from .config import UpkeepConfig
 from .errors import ReadOnlyError, UsageError
 from .partition import Partition
 from .tiering.upload import enforce_retention as tiered_retention
+from .tiering.upload import preview as tiered_preview
 
 __all__ = ["HISTORY", "Upkeep", "UpkeepRun", "enforce_retention", "retention_preview"]
 
@@ -164,7 +165,8 @@ class Upkeep(threading.Thread):
         out = {}
         for p in self.partitions():
             p.refresh()
-            out[(p.topic, p.partition)] = retention_preview(p, now)
+            tiered = tiered_preview(p, now)
+            out[(p.topic, p.partition)] = retention_preview(p, now) if tiered is None else tiered
         return out
 
     def run_once(self, kind: str) -> UpkeepRun:

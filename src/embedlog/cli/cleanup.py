@@ -8,7 +8,9 @@ the segments retention would delete now and the log start offset that would foll
 
 A run deletes the expired segments of every ``cleanup.policy=delete`` topic and compacts every
 compacted partition whose dirty ratio or ``max.compaction.lag.ms`` makes it due, as the
-background cleaner would; it prints what it deleted and compacted.
+background cleaner would; in a tiered log (:mod:`embedlog.tiering`) it also runs a tiering
+round (sealed segments uploaded, local copies past the local retention deleted). It prints
+what it deleted, uploaded and compacted.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import click
 
 from ..log import Log
+from .app import CommandError
 from .options import dir_option, json_option, open_log
 from .output import echo_json, table
 
@@ -55,8 +58,13 @@ def cleanup(dry_run: bool, no_compact: bool, log_dir: str, as_json: bool) -> Non
         return
     with open_log(log_dir, write=True, upkeep=False) as log:
         retention = log.upkeep.run_once("retention")
+        tiering = log.upkeep.run_once("tiering")
         cleaner = None if no_compact else log.upkeep.run_once("cleaner")
+    if tiering.error is not None:
+        raise CommandError(f"tiering round failed: {tiering.error}")
     report = {"deleted_segments": retention.deleted_segments,
+              "uploaded_segments": tiering.uploaded,
+              "local_deleted_segments": tiering.deleted_segments,
               "compacted_partitions": 0 if cleaner is None else cleaner.cleaned,
               "records_removed": 0 if cleaner is None else cleaner.records_removed}
     if as_json:
@@ -64,6 +72,9 @@ def cleanup(dry_run: bool, no_compact: bool, log_dir: str, as_json: bool) -> Non
         return
     for name, count in sorted(retention.deleted_segments.items()):
         click.echo(f"{name}: deleted {count} segment{'s' if count != 1 else ''}")
+    if tiering.uploaded or tiering.deleted_segments:
+        click.echo(f"Tiering uploaded {tiering.uploaded} segments and deleted "
+                   f"{sum(tiering.deleted_segments.values())} local copies.")
     click.echo(f"Retention deleted {sum(retention.deleted_segments.values())} segments; "
                f"the cleaner compacted {report['compacted_partitions']} partitions "
                f"({report['records_removed']} records removed).")

@@ -42,7 +42,8 @@ from ..segment.segment import Segment
 from .remote_manifest import FILES, Manifest, Published
 from .tier import Tier
 
-__all__ = ["drop_below", "enforce_retention", "expire_local", "tier_of", "upload"]
+__all__ = ["drop_below", "enforce_retention", "expire_local", "preview", "retention_plan",
+           "tier_of", "upload"]
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,10 @@ def _publish(p: Partition, tier: Tier, seg: Segment, nxt: int) -> None:
     entry = Published(seg.base_offset, nxt, seg.max_timestamp, files)
     with tier.lock:  # a concurrent drop_below or round may have changed the manifest
         m = tier.manifest
-        if (m.segments and m.segments[-1].next != seg.base_offset) or nxt <= m.log_start:
+        start = max(m.log_start, p.start_offset)
+        if (m.segments and m.segments[-1].next != seg.base_offset) or nxt <= start:
             return  # published meanwhile, or already below the log start: left as garbage
-        tier.publish(Manifest(max(m.log_start, p.start_offset), (*m.segments, entry)))
+        tier.publish(Manifest(start, (*m.segments, entry)))
 
 
 def expire_local(p: Partition, now: int) -> int:
@@ -143,6 +145,27 @@ class _RemoteOnly:
         return self.now  # no timestamp: kept by time, weighed by size
 
 
+def retention_plan(tier: Tier, p: Partition, now: int) -> tuple[int, int]:
+    """``(segments, new log start)`` total retention deletes from a tiered partition now:
+    the remote-only segments and the local ones measured together, leading ones first, never
+    the active one (caller holds the partition's lock)."""
+    local = list(p.segments)
+    remote = [_RemoteOnly(e, now) for e in tier.manifest.segments
+              if e.base < local[0].base_offset and e.next > p.start_offset]
+    both: Sequence[_RemoteOnly | Segment] = [*remote, *local]
+    doomed = expired(both, now, p.config.retention_ms, p.config.retention_bytes)
+    return doomed, max(p.start_offset, both[doomed].base_offset)
+
+
+def preview(p: Partition, now: int) -> tuple[int, int] | None:
+    """What total retention would delete from a tiered partition now (None: not tiered)."""
+    tier = tier_of(p)
+    if tier is None or not p.segments:
+        return None
+    with p.lock:
+        return retention_plan(tier, p, now) if p.config.delete else (0, p.start_offset)
+
+
 def enforce_retention(p: Partition, now: int) -> int:
     """Total retention of a tiered partition; returns the segments deleted (remote-only and
     local ones)."""
@@ -153,14 +176,9 @@ def enforce_retention(p: Partition, now: int) -> int:
         return 0
     with p.lock, p.poison_on_error():
         p.check_writable()
-        local = list(p.segments)
-        remote = [_RemoteOnly(e, now) for e in tier.manifest.segments
-                  if e.base < local[0].base_offset and e.next > p.start_offset]
-        both: Sequence[_RemoteOnly | Segment] = [*remote, *local]
-        doomed = expired(both, now, p.config.retention_ms, p.config.retention_bytes)
+        doomed, new_start = retention_plan(tier, p, now)
         if not doomed:
             return 0
-        new_start = both[doomed].base_offset
         if new_start > p.start_offset:
             p.start_offset = new_start
             p._persist_start()
