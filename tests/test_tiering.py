@@ -6,6 +6,7 @@ segments too. The same tests run against a ``file://`` folder and moto's S3 serv
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 import embedlog
 from embedlog import InvalidConfigError, OffsetOutOfRangeError
+from embedlog.tiering import remote_manifest
 from tiering_helpers import (
     SMALL_SEGMENTS,
     T0,
@@ -187,7 +189,7 @@ def test_a_damaged_remote_manifest_is_refused(tmp_path: Path) -> None:
     again.close()
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=120),
        segment_bytes=st.integers(300, 3000),
@@ -248,8 +250,6 @@ def test_the_command_line_reads_tiered_offsets(tmp_path: Path) -> None:
     assert lines == [f"Offset:{i}\t{v.decode()}" for i, v in enumerate(values)]
     out = runner.invoke(cli, ["dump-log", "--json", remote], prog_name="embedlog")
     assert out.exit_code == 0, out.output
-    import json
-
     files = json.loads(out.output)["files"]
     assert [f["baseOffset"] for f in files] == [s["base"] for s in published]
     assert files[0]["path"] == f"{remote}/{TOPIC}-0/{0:020d}.log"
@@ -336,8 +336,6 @@ def test_rounds_reads_and_appends_run_concurrently(tmp_path: Path) -> None:
 
 def test_cleanup_runs_a_tiering_round_and_its_dry_run_counts_remote_segments(
         tmp_path: Path) -> None:
-    import json
-
     from click.testing import CliRunner
 
     from embedlog.cli import cli
@@ -362,3 +360,90 @@ def test_cleanup_runs_a_tiering_round_and_its_dry_run_counts_remote_segments(
     with embedlog.open(local, upkeep=False) as again:  # the run does what the dry run said
         assert again.enforce_retention() == row["segments_to_delete"]
         assert again.start_offset(TOPIC, 0) == row["new_start_offset"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400) | st.builds(
+    lambda d: json.dumps(d).encode(),
+    st.recursive(st.none() | st.booleans() | st.integers(-2, 2**64) | st.text(max_size=12),
+                 lambda inner: st.lists(inner, max_size=4)
+                 | st.dictionaries(st.sampled_from(
+                     ["format", "version", "log_start", "segments", "base", "next",
+                      "max_timestamp", "files", "log", "index", "timeindex", "txnindex"]),
+                     inner, max_size=6), max_leaves=20)))
+def test_a_hostile_remote_manifest_raises_only_corrupt_checkpoint(raw: bytes) -> None:
+    try:
+        parsed = remote_manifest.parse(raw, path="m")
+    except embedlog.CorruptCheckpointError:
+        return
+    assert remote_manifest.parse(remote_manifest.encode(parsed), path="m") == parsed
+
+
+def test_remote_manifest_checks() -> None:
+    good = remote_manifest.Manifest(3, (
+        remote_manifest.Published(0, 10, 5, dict.fromkeys(remote_manifest.FILES, (1, 2))),
+        remote_manifest.Published(10, 20, -1, dict.fromkeys(remote_manifest.FILES, (0, 0)))))
+    raw = remote_manifest.encode(good)
+    assert remote_manifest.parse(raw, path="m") == good
+    doc = json.loads(raw)
+    for change in (
+        lambda d: d["segments"][1].update(base=11),             # a hole in the chain
+        lambda d: d["segments"][0].update(next=0),              # ends before its base
+        lambda d: d["segments"][0]["files"].pop("index"),       # a file missing
+        lambda d: d["segments"][0]["files"].update(log=[2**31, 0]),  # a .log too large
+        lambda d: d["segments"][0]["files"].update(index=[1, 2**32]),  # not a CRC-32
+        lambda d: d["segments"][0].update(base=True),           # not an integer
+        lambda d: d.update(log_start=-1),
+        lambda d: d.update(version=2),
+    ):
+        bad = json.loads(raw)
+        change(bad)
+        with pytest.raises(embedlog.CorruptCheckpointError):
+            remote_manifest.parse(json.dumps(bad).encode(), path="m")
+    assert doc["segments"][0]["base"] == 0
+    with pytest.raises(embedlog.CorruptCheckpointError):
+        remote_manifest.parse(b" " * (remote_manifest.MAX_BYTES + 1), path="m")
+
+
+def test_a_failing_remote_deletes_nothing_local(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from embedlog.tiering import store
+
+    local = tmp_path / "log"
+    log = open_tiered(local, file_uri(tmp_path / "remote"),
+                      {**SMALL_SEGMENTS, "local.retention.bytes": 0})
+    values = fill(log, 60)
+    before = local_bases(local)
+
+    def refuse(self: object, names: tuple[str, ...], *args: object) -> None:
+        if names[-1].endswith(".log"):
+            raise embedlog.StorageError(5, "remote put failed: unreachable", "/".join(names))
+        return real(self, names, *args)
+
+    real = store.RemoteStore._put
+    monkeypatch.setattr(store.RemoteStore, "_put", refuse)
+    run = log.upkeep.run_once("tiering")
+    assert run.error is not None and "unreachable" in run.error
+    assert local_bases(local) == before and _values(log) == values
+    monkeypatch.undo()
+    assert log.upkeep.run_once("tiering").error is None  # the next round does it all
+    assert local_bases(local) == before[-1:] and _values(log) == values
+    log.close()
+
+
+def test_a_read_only_view_follows_the_writer_across_local_deletions(tmp_path: Path) -> None:
+    local = tmp_path / "log"
+    log = open_tiered(local, file_uri(tmp_path / "remote"),
+                      {**SMALL_SEGMENTS, "local.retention.bytes": 0})
+    values = fill(log, 40)
+    log.flush()
+    view = embedlog.open(local, read_only=True)
+    assert _values(view) == values
+    values += fill(log, 40, start=40)
+    log.upkeep.run_once("tiering")
+    log.flush()
+    assert local_bases(local)[0] > 40
+    assert view.start_offset(TOPIC, 0) == 0
+    assert _values(view, None) == values
+    view.close()
+    log.close()

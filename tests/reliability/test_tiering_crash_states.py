@@ -227,7 +227,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, max_per_point: int, *, near_remote: bo
 def test_a_crash_at_every_remote_step_of_the_protocol(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     """The local states right before and right after every remote put and delete."""
-    trace, states = _run(monkeypatch, 4, near_remote=True)
+    trace, states = _run(monkeypatch, 3, near_remote=True)
     kinds = [op.info.get("kind") for op in trace.fs.ops if op.kind == "mark"]
     assert kinds.count("remote_put") >= 10 and kinds.count("remote_delete") >= 4
     assert states > 30
