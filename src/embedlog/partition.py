@@ -426,7 +426,7 @@ class Partition:
         (:func:`embedlog.transactions.indexed_aborted`; ``None``: a segment has none)."""
         with self.lock:
             segs = self.segments[partition_read.segment_index(self, start) :]
-        return indexed_aborted(partition_read.with_remote(self, start, segs), start, end)
+        return indexed_aborted(partition_read.with_remote(self, start, segs, end), start, end)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""

@@ -30,7 +30,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Protocol
 
 from . import loader, reader
@@ -47,7 +47,8 @@ __all__ = [
 
 _RESCANS = 20  # how often a scan follows the writer's deletions and swaps
 
-Batches = Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]
+Batch = tuple[fmt.BatchHeader, fmt.DecodedRecords]
+Batches = Iterator[Batch]
 
 
 class RemoteSegments(Protocol):
@@ -59,6 +60,9 @@ class RemoteSegments(Protocol):
     def refresh_note(self) -> None: ...
 
     def segments(self, start: int, below: int, settings: SegmentSettings) -> list[Segment]: ...
+
+    def each_segment(self, start: int, below: int, settings: SegmentSettings
+                     ) -> Iterator[Segment]: ...
 
     def offset_for_timestamp(self, timestamp: int, below: int,
                              settings: SegmentSettings) -> int | None: ...
@@ -136,12 +140,34 @@ def local_floor(p: Readable) -> int:
     return base if floor is None else floor
 
 
-def with_remote(p: Readable, start: int, segs: list[Segment]) -> list[Segment]:
-    """``segs`` (captured from the local list for a read from ``start``) preceded by the
-    tiered segments that hold the offsets from ``start`` up to the first of them."""
+def with_remote(p: Readable, start: int, segs: list[Segment], end: int | None = None
+                ) -> list[Segment]:
+    """``segs`` (captured from the local list for a read of ``[start, end)``) preceded by
+    the tiered segments that hold the offsets from ``start`` up to the first of them."""
     if p.tier is None or not segs or start >= segs[0].base_offset:
         return segs
-    return p.tier.segments(start, segs[0].base_offset, p.settings) + segs
+    below = segs[0].base_offset if end is None else min(end, segs[0].base_offset)
+    return p.tier.segments(start, below, p.settings) + segs
+
+
+def _remote_batches(p: Readable, tier: RemoteSegments, start: int, stop: int, control: bool,
+                    wanted: int | None) -> Generator[Batch, None, tuple[int, int | None]]:
+    """The batches of ``[start, stop)`` (``stop`` at most the first local base) from the
+    tiered segments, each fetched only when the scan reaches it; returns where the scan
+    ended and how many records are still wanted."""
+    offset = start
+    for seg in tier.each_segment(start, stop, p.settings):
+        ceiling = seg.bounds.ceiling if seg.bounds.ceiling is not None else stop
+        for header, found in reader.scan([seg], offset, min(stop, ceiling), control=control,
+                                         max_records=wanted, current_end=lambda: p.end_offset):
+            offset = header.next_offset
+            if wanted is not None:
+                wanted -= len(found)
+            yield header, found
+            if wanted is not None and wanted <= 0:
+                return offset, 0
+        offset = max(offset, ceiling)
+    return offset, wanted
 
 
 def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool,
@@ -195,7 +221,12 @@ def batches(p: Readable, start: int | None, end: int | None, control: bool,
     ``max_records`` decoded no further than that). The segment list is captured once.
     ``start=None``: the log start when the scan begins (wherever retention moved it)."""
     start, stop, segs = _capture(p, start, end)
-    yield from scan(p, with_remote(p, start, segs), start, stop, control, max_records)
+    if p.tier is not None and segs and start < segs[0].base_offset:
+        start, max_records = yield from _remote_batches(
+            p, p.tier, start, min(stop, segs[0].base_offset), control, max_records)
+        if max_records == 0 or start >= stop:
+            return
+    yield from scan(p, segs, start, stop, control, max_records)
 
 
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:

@@ -24,11 +24,16 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from .. import _io, _paths
-from ..errors import CorruptCheckpointError, CorruptionError
+from ..errors import (
+    CorruptCheckpointError,
+    CorruptionError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from ..naming import REMOTE_MANIFEST, filename_prefix, parse_segment_file
 from ..segment.rules import Bounds
 from ..segment.segment import Segment, SegmentSettings
@@ -138,8 +143,17 @@ class Tier:
 
     def segments(self, start: int, below: int, settings: SegmentSettings) -> list[Segment]:
         """The published segments holding offsets in ``[start, below)``, fetched and opened."""
+        return list(self.each_segment(start, below, settings))
+
+    def each_segment(self, start: int, below: int, settings: SegmentSettings
+                     ) -> Iterator[Segment]:
+        """:meth:`segments` one at a time: each is fetched only when the caller asks for it
+        (a read that stops early fetches no more)."""
         wanted = [s for s in self.manifest.segments if s.next > start and s.base < below]
-        return [self._open(entry, settings) for entry in wanted]
+        if not wanted or wanted[0].base > start:
+            raise _gone(start)
+        for entry in wanted:
+            yield self._open(entry, settings)
 
     def offset_for_timestamp(self, timestamp: int, below: int,
                              settings: SegmentSettings) -> int | None:
@@ -160,8 +174,13 @@ class Tier:
             if seg is not None:
                 self.evict(entry.base)
             folder = _paths.folder(self._cache_root(), self.name)
-            for key in _FETCH_ORDER:
-                self._fetch(entry, key, folder)
+            try:
+                for key in _FETCH_ORDER:
+                    self._fetch(entry, key, folder)
+            except (StorageError, CorruptionError):
+                if self.manifest.find(entry.base) != entry:
+                    raise _gone(entry.base) from None  # unpublished while being read
+                raise
             seg = Segment(folder, entry.base, settings, writable=False)
             seg.bounds = Bounds(entry.next, False)
             self._cached[entry.base] = seg
@@ -197,3 +216,8 @@ class Tier:
             for base in list(self._cached):
                 self.evict(base)
 
+
+
+def _gone(offset: int) -> OffsetOutOfRangeError:
+    return OffsetOutOfRangeError(f"offset {offset} was deleted from the remote store (retention "
+                                 "or delete_records) while it was being read")
