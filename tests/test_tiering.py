@@ -478,3 +478,19 @@ def test_a_bounded_read_fetches_only_the_segments_it_reaches(
     assert [r.value for r in log.read(TOPIC, 0, 12, end_offset=20)] == values[12:20]
     assert fetched == [0, 8, 16]
     log.close()
+
+
+def test_the_upkeep_thread_tiers_in_the_background(tmp_path: Path) -> None:
+    remote = file_uri(tmp_path / "remote")
+    local = tmp_path / "log"
+    with embedlog.open(local, remote_uri=remote, upkeep={
+            "log.initial.delay.ms": 0, "remote.log.manager.task.interval.ms": 100,
+            "log.retention.check.interval.ms": 60_000}) as log:
+        log.create_topic(TOPIC, config={**SMALL_SEGMENTS, "local.retention.bytes": 0})
+        values = fill(log, 60)
+        before = sum(1 for r in log.upkeep.history if r.kind == "tiering")
+        assert log.upkeep.wait_runs("tiering", before + 2, timeout=30)  # one began after fill
+        runs = [r for r in log.upkeep.history if r.kind == "tiering"]
+        assert all(r.error is None for r in runs) and sum(r.uploaded for r in runs) >= 6
+        assert check_published_complete(remote)[0] == 0
+        assert local_bases(local)[0] > 0 and _values(log) == values
