@@ -65,3 +65,21 @@ def test_an_executor_view_lists_again_for_a_range_past_its_listing(
         assert view.reader("t", 0, end=75).end_offset == 75  # a range planned past it
     finally:
         view.close()
+
+
+def test_a_tiered_folder_reads_its_remote_part(spark: Any, tmp_path: pathlib.Path) -> None:
+    """A local folder whose old segments live only on its remote (embedlog.tiering): Spark
+    reads every record, the remote ones included, as the Log does."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    path = tmp_path / "log"
+    with embedlog.open(path, remote_uri=remote.as_uri(), upkeep=False) as log:
+        log.create_topic("t", config={"segment.bytes": 4096, "remote.storage.enable": True,
+                                      "local.retention.bytes": 0})
+        log.append_batch("t", [b"%d" % i for i in range(300)], partition=0)
+        log.roll("t", 0)
+        log.append_batch("t", [b"%d" % i for i in range(300, 400)], partition=0)
+        log.upkeep.run_once("tiering")
+        assert min(int(f.name[:20]) for f in (path / "t-0").glob("*.log")) == 300
+    df = spark.read.format("embedlog").option("subscribe", "t").load(str(path))
+    assert _rows(df) == [(0, i, b"%d" % i) for i in range(400)]

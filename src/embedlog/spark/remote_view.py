@@ -17,18 +17,25 @@ import os
 import weakref
 from collections.abc import Sequence
 
+from .. import log as log_module
 from ..log import Log
+from ..naming import TIERING_FILE
 from ..partition import Partition, SegmentInfo
 from ..remote import is_uri, open_remote
 from .catalog import FolderView
 
-__all__ = ["RemoteView", "cache_root", "open_view"]
+__all__ = ["RemoteView", "TieredView", "cache_root", "open_view"]
 
 
 def open_view(path: str) -> FolderView | RemoteView:
-    """The view planning and tasks read ``path`` through: a URI's :class:`RemoteView`, else
-    the local folder's :class:`~embedlog.spark.catalog.FolderView`."""
-    return RemoteView(path) if is_uri(path) else FolderView(path)
+    """The view planning and tasks read ``path`` through: a URI's :class:`RemoteView`, a
+    tiered folder's :class:`TieredView`, else the local folder's
+    :class:`~embedlog.spark.catalog.FolderView`."""
+    if is_uri(path):
+        return RemoteView(path)
+    if os.path.lexists(os.path.join(path, TIERING_FILE)):
+        return TieredView(path)
+    return FolderView(path)
 
 
 def cache_root() -> str | None:
@@ -99,4 +106,24 @@ class RemoteView:
         if end is not None and p.end_offset < end:
             self.refresh()
             p = self._opened()._partition_of(topic, partition)
+        return p  # type: ignore[return-value]
+
+
+class TieredView(RemoteView):
+    """A tiered local folder (:mod:`embedlog.tiering`): the same calls answered by a
+    read-only :class:`~embedlog.Log` of the folder, whose partitions read offsets below their
+    first local segment from the remote (the folder view's planning knows only local
+    segments). Pickled, it is only its path."""
+
+    def _opened(self) -> Log:
+        if self._log is None or self._log.closed:
+            self._log = log_module.open(self.path, read_only=True)
+            self._closer = weakref.finalize(self._log, self._log.close)
+        return self._log
+
+    def reader(self, topic: str, partition: int, end: int | None = None) -> Partition:
+        """The partition to read records from (a read-only view follows the writer)."""
+        p = self._opened()._partition_of(topic, partition)
+        if end is not None and p.end_offset < end:
+            p.refresh()
         return p  # type: ignore[return-value]
