@@ -158,6 +158,9 @@ def test_topics_without_remote_storage_stay_local(tmp_path: Path) -> None:
     assert log.upkeep.run_once("tiering").uploaded == 0
     assert not any(name.startswith(f"{TOPIC}-0/") for name in remote_objects(remote))
     log.close()
+    with embedlog.open(remote, read_only=True) as ro:  # listed in the topic table, no data
+        assert ro.topics() == [TOPIC] and ro.end_offset(TOPIC, 0) == 0
+        assert list(ro.read(TOPIC, 0, 0)) == []
 
 
 @pytest.mark.parametrize("config", [

@@ -40,6 +40,8 @@ def scan(
     ``max_records`` the caller promises to stop after that many records, so the batches are
     decoded no further (a point read walks its batch only up to the record it wants).
     ``current_end`` gives the partition's end offset now (an append may be in progress)."""
+    if not segs:  # a partition with no segment (a read-only view of a folder not there)
+        return
     wanted = max_records
     offset = start
     ceilings = [s.base_offset for s in segs[1:]] + [None]
