@@ -10,9 +10,9 @@ Invariants:
 
 * segment base offsets strictly increase; every offset in a segment is below the next segment's
   base; only the last segment (the *active* one) is ever appended to;
-* ``start_offset`` (the log start) is >= the first segment's base and only moves forward; it is
-  persisted (``log-start-offset-checkpoint``) *before* the segments below it are unlinked, so a
-  crash can never leave a hole;
+* ``start_offset`` (the log start) is >= the first segment's base (a tiered partition's: the
+  remote's first, ``tier``) and only moves forward; it is persisted before the segments below
+  it are unlinked (``log-start-offset-checkpoint``), so a crash can never leave a hole;
 * ``embedlog.segments`` (:mod:`embedlog.manifest`) lists the byte size of every sealed segment
   and is rewritten whenever that set changes;
 * at most one :class:`TailBatch` holds a reservation of the tail; anything else that appends,

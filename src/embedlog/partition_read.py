@@ -18,6 +18,10 @@ deleting and swapping compacted segments in under it. So a view:
 * reads the known records first: a bounded read below the known end lists no folder; only
   a read that comes up short refreshes (reading on from the known end).
 
+A tiered partition (``tier``, :mod:`embedlog.tiering`) may start below its first local
+segment: a scan from there reads the remote segments first, each fetched only when the scan
+reaches it (:func:`batches`), then the local ones.
+
 Invariants: the segment list is captured under the partition's lock, once per scan (segments
 deleted meanwhile stay readable through their open descriptors); a view's log start only moves
 forward and never past its end offset.
