@@ -497,3 +497,35 @@ def test_the_upkeep_thread_tiers_in_the_background(tmp_path: Path) -> None:
         assert all(r.error is None for r in runs) and sum(r.uploaded for r in runs) >= 6
         assert check_published_complete(remote)[0] == 0
         assert local_bases(local)[0] > 0 and _values(log) == values
+
+
+def test_read_committed_across_the_boundary_skips_aborted_records(tmp_path: Path) -> None:
+    """Aborted transactions in segments that now live only on the remote stay invisible to
+    read_committed (their .txnindex files travel with them)."""
+    local = tmp_path / "log"
+    log = open_tiered(local, file_uri(tmp_path / "remote"),
+                      {**SMALL_SEGMENTS, "local.retention.bytes": 0})
+    producer = log.producer(transactional_id="tx")
+    producer.init_transactions()
+    committed: list[bytes] = []
+    for i in range(12):
+        producer.begin_transaction()
+        batch = [b"t%02d-%d" % (i, j) + b"x" * 60 for j in range(4)]
+        for value in batch:
+            producer.send(TOPIC, value, partition=0)
+        if i % 3 == 1:
+            producer.flush()
+            producer.abort_transaction()
+        else:
+            producer.commit_transaction()
+            committed += batch
+    producer.close()
+    log.roll(TOPIC, 0)
+    assert log.upkeep.run_once("tiering").uploaded >= 3
+    assert local_bases(local) == [log.end_offset(TOPIC, 0)]  # only the empty active one
+    with log.consumer(TOPIC, isolation_level="read_committed") as consumer:
+        got: list[bytes | None] = []
+        while batch_ := consumer.poll(timeout=1.0):
+            got += [r.value for r in batch_]
+    assert got == committed
+    log.close()
