@@ -529,3 +529,18 @@ def test_read_committed_across_the_boundary_skips_aborted_records(tmp_path: Path
             got += [r.value for r in batch_]
     assert got == committed
     log.close()
+
+
+def test_topics_create_and_describe_take_kafka_s_tiering_settings(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from embedlog.cli import cli
+
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(tmp_path / "log")})
+    out = runner.invoke(cli, ["topics", "create", "t", "--config", "remote.storage.enable=true",
+                              "--config", "local.retention.ms=60000"], prog_name="embedlog")
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(cli, ["topics", "describe", "t"], prog_name="embedlog")
+    assert "remote.storage.enable=true" in out.output and "local.retention.ms=60000" in out.output
+    with embedlog.open(tmp_path / "log", read_only=True) as log:
+        assert log.topic_config("t").remote_storage_enable is True

@@ -90,7 +90,8 @@ def describe(names: Sequence[str], log_dir: str, as_json: bool) -> None:
         echo_json(reports)
         return
     for r in reports:
-        configs = ",".join(f"{k}={v}" for k, v in r["config"].items())
+        configs = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                           for k, v in r["config"].items())
         click.echo(f"Topic: {r['topic']}\tPartitionCount: {r['partitions']}\tConfigs: {configs}")
         for p in r["partition_details"]:
             click.echo(
