@@ -544,3 +544,33 @@ def test_topics_create_and_describe_take_kafka_s_tiering_settings(tmp_path: Path
     assert "remote.storage.enable=true" in out.output and "local.retention.ms=60000" in out.output
     with embedlog.open(tmp_path / "log", read_only=True) as log:
         assert log.topic_config("t").remote_storage_enable is True
+
+
+def test_a_segment_with_an_open_transaction_waits_for_its_marker(tmp_path: Path) -> None:
+    local = tmp_path / "log"
+    log = open_tiered(local, file_uri(tmp_path / "remote"),
+                      {**SMALL_SEGMENTS, "local.retention.bytes": 0})
+    fill(log, 20)
+    producer = log.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(TOPIC, b"open" + b"x" * 60, partition=0)
+    producer.flush()
+    first_open = log.end_offset(TOPIC, 0) - 1
+    fill(log, 40, start=20)
+    log.upkeep.run_once("tiering")
+    assert log.last_stable_offset(TOPIC, 0) == first_open
+    assert local_bases(local)[0] <= first_open  # its segment is still local
+    assert all(s["next"] <= first_open for s in manifest(file_uri(tmp_path / "remote"))[
+        "segments"])
+    producer.commit_transaction()
+    producer.close()
+    log.roll(TOPIC, 0)
+    log.upkeep.run_once("tiering")
+    assert local_bases(local) == [log.end_offset(TOPIC, 0)]
+    with log.consumer(TOPIC, isolation_level="read_committed") as consumer:
+        got = []
+        while batch := consumer.poll(timeout=1.0):
+            got += [r.value for r in batch]
+    assert len(got) == 61 and b"open" + b"x" * 60 in got
+    log.close()

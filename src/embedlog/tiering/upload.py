@@ -1,7 +1,9 @@
 """The writer's tiering work on one partition: upload, local retention, total retention.
 
 The upload protocol (KIP-405's copy of a log segment), for each sealed segment not yet
-published, in offset order:
+published that lies wholly below the last stable offset (a segment holding the first batch of
+an open transaction stays local until its marker, as in Kafka: the last stable offset is
+computed from local segments), in offset order:
 
 1. put its ``.txnindex``, ``.index``, ``.timeindex`` and ``.log`` (each a whole object; a
    crash leaves some of them: invisible garbage, overwritten when the segment is uploaded
@@ -63,8 +65,11 @@ def upload(p: Partition) -> int:
     drop_below(p, p.start_offset)
     with p.lock:
         sealed = list(zip(p.segments[:-1], p._bases[1:], strict=False))
+        stable = p.stable.get(p.segments, p.end_offset)
     count = 0
     for seg, nxt in sealed:
+        if nxt > stable:
+            break  # an open transaction begins in it: it waits for the marker (as in Kafka)
         published = tier.manifest.segments
         if published and seg.base_offset < published[-1].next:
             continue  # published already
