@@ -459,7 +459,10 @@ def test_a_read_only_view_follows_the_writer_across_local_deletions(tmp_path: Pa
 
 def test_a_bounded_read_fetches_only_the_segments_it_reaches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from embedlog.tiering import tier
+    """A read fetches a segment only when its scan reaches it, and of the first one only the
+    part from the index floor of its start; a later read from further back fetches the part
+    in front (and the whole file is then checked against its CRC-32)."""
+    from embedlog.tiering import read_cache
 
     local = tmp_path / "log"
     log = open_tiered(local, file_uri(tmp_path / "remote"),
@@ -467,19 +470,24 @@ def test_a_bounded_read_fetches_only_the_segments_it_reaches(
     values = fill(log, 120)
     log.upkeep.run_once("tiering")
     assert local_bases(local)[0] >= 100
-    fetched: list[int] = []
-    real = tier.Tier._fetch
+    sizes = {s["base"]: s["files"]["log"][0] for s in manifest(file_uri(tmp_path / "remote"))[
+        "segments"]}
+    fills: list[tuple[int, int, int]] = []
+    real = read_cache.ReadCache._fill
 
-    def counting(self: tier.Tier, entry: Any, key: str, folder: str) -> None:
-        if key == "log":
-            fetched.append(entry.base)
-        real(self, entry, key, folder)
+    def counting(self: Any, entry: Any, seg: Any, start: int, end: int) -> None:
+        fills.append((entry.base, start, end))
+        real(self, entry, seg, start, end)
 
-    monkeypatch.setattr(tier.Tier, "_fetch", counting)
-    assert [r.value for r in log.read(TOPIC, 0, 3, max_records=4)] == values[3:7]
-    assert fetched == [0]
+    monkeypatch.setattr(read_cache.ReadCache, "_fill", counting)
+    assert [r.value for r in log.read(TOPIC, 0, 5, max_records=2)] == values[5:7]
+    [(base, start, end)] = fills
+    assert (base, end) == (0, sizes[0]) and 0 < start < end  # from the index floor of 5
     assert [r.value for r in log.read(TOPIC, 0, 12, end_offset=20)] == values[12:20]
-    assert fetched == [0, 8, 16]
+    assert [f[0] for f in fills] == [0, 8, 16] and fills[2][1] == 0
+    assert [r.value for r in log.read(TOPIC, 0, 0, max_records=3)] == values[:3]
+    assert fills[-1] == (0, 0, start)  # only the part in front
+    assert log.offsets_for_times(TOPIC, 0, T0 + 9) == 9
     log.close()
 
 

@@ -12,7 +12,8 @@ segments too.
 
 Modules: :mod:`.store` (the remote folder: atomic puts, bounded gets, deletes, behind the
 ``_io.mark`` fault-injection seam), :mod:`.remote_manifest` (the manifest's format, checked as
-untrusted input), :mod:`.tier` (a partition's published segments and their read cache),
+untrusted input), :mod:`.tier` (a partition's published segments), :mod:`.read_cache` (the
+fetched segments: index files whole, the ``.log`` by ranged reads from where reads start),
 :mod:`.upload` (the upload protocol, local and total retention), :mod:`.manager` (the folder's
 remote URI, the tiering round, the cache folder). Remote layout::
 

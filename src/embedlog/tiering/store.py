@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from .. import _io, _paths
@@ -142,6 +143,28 @@ class RemoteStore:
             raise CorruptionError(f"remote object is not the {size} bytes published",
                                   path=target)
         return crc
+
+    def get_range(self, names: tuple[str, ...], size: int, start: int, end: int
+                  ) -> Iterator[tuple[int, bytes]]:
+        """``(position, bytes)`` chunks of ``[start, end)`` of the object ``names``, published
+        at ``size`` bytes (one ranged read: an object store's ranged GET). An object of
+        another size, or one that ends early, is :class:`~embedlog.errors.CorruptionError`."""
+        target = self.path(names)
+        try:
+            with self.fs.open_input_file(target) as f:
+                if f.size() != size:
+                    raise CorruptionError(f"remote object is {f.size()} bytes, not the {size} "
+                                          "published", path=target)
+                position = start
+                while position < end:
+                    chunk = f.read_at(min(CHUNK, end - position), position)
+                    if not chunk:
+                        raise CorruptionError("remote object ended early", path=target,
+                                              position=position)
+                    yield position, bytes(chunk)
+                    position += len(chunk)
+        except OSError as exc:
+            raise _remote_error(exc, "get", target) from exc
 
     def delete(self, names: tuple[str, ...]) -> None:
         """Delete the object ``names``; one already gone is fine."""

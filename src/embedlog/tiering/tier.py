@@ -9,11 +9,10 @@ fetched segments.
 Reads: :meth:`Tier.floor` is the lowest offset the remote holds *contiguously* below the
 first local segment (published segments chain by ``next``; the first local base must be the
 ``next`` of one of them), so a partition's log start may lie below its first local segment.
-:meth:`Tier.segments` fetches the published segments of a range whole into the cache (indexes
-first, each file checked against its manifest size and CRC-32) and opens them as ordinary
-read-only :class:`~embedlog.segment.segment.Segment` objects, which the normal read path
-scans. The cache keeps the :data:`CACHED` most recently used segments per partition; an
-evicted one is retired (a reader that captured it keeps its descriptors) and unlinked.
+:meth:`Tier.each_segment` opens the published segments of a range one at a time from the
+partition's :class:`~.read_cache.ReadCache` (the first one's ``.log`` fetched only from where
+the read starts), ordinary read-only :class:`~embedlog.segment.segment.Segment` objects the
+normal read path scans.
 
 Lock: ``Tier.lock`` serialises manifest changes and the cache. It is taken after the
 partition's lock, never before it.
@@ -21,13 +20,11 @@ partition's lock, never before it.
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Final
 
-from .. import _io, _paths
+from .. import _io
 from ..errors import (
     CorruptCheckpointError,
     CorruptionError,
@@ -35,17 +32,12 @@ from ..errors import (
     StorageError,
 )
 from ..naming import REMOTE_MANIFEST, filename_prefix, parse_segment_file
-from ..segment.rules import Bounds
 from ..segment.segment import Segment, SegmentSettings
+from .read_cache import ReadCache
 from .remote_manifest import FILES, MAX_BYTES, Manifest, Published, encode, parse
 from .store import RemoteStore
 
-__all__ = ["CACHED", "Tier"]
-
-CACHED: Final = 8
-"""Fetched segments kept per partition."""
-
-_FETCH_ORDER: Final = ("txnindex", "index", "timeindex", "log")
+__all__ = ["Tier"]
 
 
 class Tier:
@@ -64,7 +56,7 @@ class Tier:
         """Whether the remote's manifest was read since the open (the writer's first run)."""
         self._note_stamp: tuple[int, int, int] | None = None
         self.manifest = self._read_note()
-        self._cached: collections.OrderedDict[int, Segment] = collections.OrderedDict()
+        self._reads: ReadCache | None = None
 
     # ------------------------------------------------------------------ the manifest
 
@@ -153,7 +145,7 @@ class Tier:
         if not wanted or wanted[0].base > start:
             raise _gone(start)
         for entry in wanted:
-            yield self._open(entry, settings)
+            yield self._open(entry, settings, max(start, entry.base))
 
     def offset_for_timestamp(self, timestamp: int, below: int,
                              settings: SegmentSettings) -> int | None:
@@ -165,57 +157,31 @@ class Tier:
                     return max(found, self.manifest.log_start)
         return None
 
-    def _open(self, entry: Published, settings: SegmentSettings) -> Segment:
+    def _open(self, entry: Published, settings: SegmentSettings,
+              offset: int | None = None) -> Segment:
+        """``entry``'s segment from the read cache, its ``.log`` there from ``offset`` on
+        (None: whole); a fetch that fails because the segment was unpublished meanwhile
+        raises :class:`~embedlog.errors.OffsetOutOfRangeError`."""
         with self.lock:
-            seg = self._cached.get(entry.base)
-            if seg is not None and seg.size == entry.size:
-                self._cached.move_to_end(entry.base)
-                return seg
-            if seg is not None:
-                self.evict(entry.base)
-            folder = _paths.folder(self._cache_root(), self.name)
+            if self._reads is None:
+                self._reads = ReadCache(self.store, self.name, self._cache_root())
             try:
-                for key in _FETCH_ORDER:
-                    self._fetch(entry, key, folder)
+                return self._reads.open(entry, settings, offset)
             except (StorageError, CorruptionError):
                 if self.manifest.find(entry.base) != entry:
-                    raise _gone(entry.base) from None  # unpublished while being read
+                    raise _gone(entry.base) from None
                 raise
-            seg = Segment(folder, entry.base, settings, writable=False)
-            seg.bounds = Bounds(entry.next, False)
-            self._cached[entry.base] = seg
-            while len(self._cached) > CACHED:
-                self.evict(next(iter(self._cached)))
-            return seg
-
-    def _fetch(self, entry: Published, key: str, folder: str) -> None:
-        names = self.remote_names(entry.base, key)
-        local = _paths.join(folder, names[1])
-        if os.path.lexists(local):
-            _io.unlink(local)
-        size, crc = entry.files[key]
-        try:
-            got = self.store.get_file(names, local, size)
-        except BaseException:
-            _io.unlink(local)
-            raise
-        if got != crc:
-            _io.unlink(local)
-            raise CorruptionError(f"remote file does not match the CRC-32 its manifest gives "
-                                  f"({crc})", path=self.store.path(names))
 
     def evict(self, base: int) -> None:
         """Drop a fetched segment from the cache (readers holding it keep reading it)."""
         with self.lock:
-            seg = self._cached.pop(base, None)
-            if seg is not None:
-                seg.delete()
+            if self._reads is not None:
+                self._reads.evict(base)
 
     def close(self) -> None:
         with self.lock:
-            for base in list(self._cached):
-                self.evict(base)
-
+            if self._reads is not None:
+                self._reads.close()
 
 
 def _gone(offset: int) -> OffsetOutOfRangeError:
