@@ -125,14 +125,12 @@ class Partition:
         self.lock = threading.RLock()
         self._commit = GroupCommit(self._flush_active)
         self.poisoned: BaseException | None = None
-        self.refusal: Callable[[], EmbedlogError] | None = None  # makes the error of every
-        # write when writes are refused for good: quarantined (damage found at open) or forked
+        self.refusal: Callable[[], EmbedlogError] | None = None  # refused: quarantine, fork
         self.damage: CorruptionError | None = None
         self.appended = threading.Condition(self.lock)
         self._reserved: TailBatch | None = None
         self.producer_state: ProducerStateTable | None = None
-        self.producer_id_expiration_ms = PRODUCER_ID_EXPIRATION_MS
-        """``producer.id.expiration.ms`` of the log (set by its topic table)."""
+        self.producer_id_expiration_ms = PRODUCER_ID_EXPIRATION_MS  # set by its topic table
         self._manifest_seen: tuple[int, int, int] | None = None
         self.tier: partition_read.RemoteSegments | None = None  # tiered: embedlog.tiering
 
