@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = pathlib.Path(os.environ.get("EMBEDLOG_SHARED") or ROOT.parent / "shared")
@@ -35,3 +38,29 @@ def writer_open(path: object, **kw: object) -> None:
             raise AssertionError(f"{tp} is quarantined but took an append")
     if damaged:
         raise next(iter(damaged.values()))
+
+
+@contextmanager
+def codec_core(core: Any) -> Iterator[None]:
+    """Run the block with ``core`` as the compiled codec core (None: the pure-Python code)."""
+    from embedlog.segment import _native
+
+    saved = _native.CORE
+    _native.CORE = core
+    try:
+        yield
+    finally:
+        _native.CORE = saved
+
+
+def both_cores(compiled: Any, fn: Callable[[], Any]) -> tuple[Any, Any]:
+    """(outcome with the ``compiled`` core, outcome with the pure code): the value, or
+    ("raised", type, message)."""
+    out = []
+    for core in (compiled, None):
+        with codec_core(core):
+            try:
+                out.append(fn())
+            except Exception as e:
+                out.append(("raised", type(e), str(e)))
+    return out[0], out[1]

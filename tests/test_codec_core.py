@@ -11,8 +11,7 @@ Runs whichever implementation ``EMBEDLOG_PURE`` selects for the rest of the suit
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -24,6 +23,7 @@ import embedlog
 from embedlog.segment import _native, decode, encode
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
+from helpers import both_cores, codec_core
 
 try:
     from embedlog.segment import _ccodec
@@ -34,26 +34,12 @@ T = TypeVar("T")
 I64 = 2**63
 
 
-@contextmanager
-def _core(core: Any) -> Iterator[None]:
-    saved = _native.CORE
-    _native.CORE = core
-    try:
-        yield
-    finally:
-        _native.CORE = saved
+_core = codec_core
 
 
 def both(fn: Callable[[], T]) -> tuple[Any, Any]:
     """(C outcome, pure outcome): the value, or ("raised", type, message)."""
-    out = []
-    for core in (_ccodec, None):
-        with _core(core):
-            try:
-                out.append(fn())
-            except Exception as e:
-                out.append(("raised", type(e), str(e)))
-    return out[0], out[1]
+    return both_cores(_ccodec, fn)
 
 
 # --------------------------------------------------------------------------- strategies
@@ -186,13 +172,22 @@ def _damage(data: bytes, how: int, at: int, blob: bytes) -> bytes:
     return data[:at] + lie + data[at + len(lie) :]
 
 
-@given(batches(), st.integers(0, 4), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
+@given(batches(), st.integers(0, 5), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
        st.integers(-2, 3), st.integers(-1, 3), st.integers(0, 30), st.none() | st.integers(0, 9))
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_decoder_identical_on_damage(
     args: dict[str, Any], how: int, at: int, blob: bytes, count_extra: int, lod_extra: int,
     first: int, count: int | None,
 ) -> None:
+    buf = _damaged_batch(args, how, at, blob, count_extra, lod_extra)
+    c, py = both(lambda: _outcome(buf, first, count))
+    assert c == py
+
+
+def _damaged_batch(args: dict[str, Any], how: int, at: int, blob: bytes, count_extra: int,
+                   lod_extra: int) -> bytes:
+    """The batch of ``args`` with its records section damaged (``how`` 5: intact) and its record
+    count and lastOffsetDelta moved by ``count_extra`` / ``lod_extra`` (CRC fixed up)."""
     try:
         batch = fmt.encode_batch(**args)
     except ValueError:
@@ -203,9 +198,7 @@ def test_decoder_identical_on_damage(
                                timestamps=args["timestamps"],
                                offset_deltas=args.get("offset_deltas"))[fmt.HEADER_SIZE :]
     damaged = section if how == 5 else _damage(section, how, at, blob)
-    buf = _with_records(batch, damaged, max(0, n + count_extra), lod_extra)
-    c, py = both(lambda: _outcome(buf, first, count))
-    assert c == py
+    return _with_records(batch, damaged, max(0, n + count_extra), lod_extra)
 
 
 @given(batches(), st.integers(0, 30), st.none() | st.integers(0, 9))
@@ -337,3 +330,81 @@ def test_record_batch_columns_match_the_pure_code(tmp_path: Any) -> None:
                 for fn in (view.keys, view.values, lambda v=view: list(v.records())):
                     got, want = both(fn)
                     assert got == want and len(got) == len(view)
+
+
+# --------------------------------------------------------------------------- Arrow sink
+
+_PREFIX = fmt.encode_batch([b"p", None], keys=[None, b"q"], timestamps=[3, 4])
+
+
+def _sink_outcome(buf: bytes, fused: bool) -> Any:
+    """A sink holding a prefix batch, then the batch ``buf``: appended in one pass (``fused``;
+    None when the sink leaves it to the decoder) or from the decoder's columns; the sink's
+    rows, counts and Arrow buffers, or the decoder's error."""
+    sink = _prefixed_sink()
+    try:
+        header = fmt.parse_header(buf, 0)
+        if fused:
+            data, start, end = decode.records_section(buf, 0, header)
+            got = sink.append(data, start, end, header.records_count, header.base_offset,
+                              header.base_timestamp, header.max_timestamp,
+                              header.last_offset_delta,
+                              bool(header.attributes & fmt.TIMESTAMP_TYPE_MASK))
+            if got < 0:
+                return None, sink.rows, sink.item_bytes, sink.finish()
+        else:
+            r = fmt.decode_records(buf, 0, header)
+            got = sink.extend(r.data, r.offsets, r.timestamps, r.key_pos, r.key_len,
+                              r.value_pos, r.value_len)
+    except embedlog.EmbedlogError as e:
+        return "raised", type(e), str(e)
+    return got, sink.rows, sink.item_bytes, sink.finish()
+
+
+@given(batches(), st.integers(0, 5), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
+       st.integers(-2, 3), st.integers(-1, 3))
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_arrow_sink_appends_exactly_what_the_decoder_reads(
+    args: dict[str, Any], how: int, at: int, blob: bytes, count_extra: int, lod_extra: int,
+) -> None:
+    """The sink's one pass over a stored batch (damaged or not, every codec, nulls, headers,
+    control and compacted batches) appends the rows the decoder's columns give, byte for byte,
+    or appends nothing and leaves the batch to the decoder -- always when the decoder refuses
+    it, so its CorruptBatchError is the one raised. It takes every intact batch without
+    headers."""
+    buf = _damaged_batch(args, how, at, blob, count_extra, lod_extra)
+    fused, decoded = _sink_outcome(buf, True), _sink_outcome(buf, False)
+    if fused[0] == "raised":  # a compressed section that does not decompress
+        assert fused == decoded
+    elif fused[0] is None:  # left to the decoder: nothing appended after the prefix
+        prefix = _prefixed_sink()
+        assert fused[1:] == (prefix.rows, prefix.item_bytes, prefix.finish())
+    else:
+        assert fused == decoded
+    headers = any(h for h in args["headers"] or ())
+    if how == 5 and count_extra == 0 and lod_extra >= 0 and not headers:
+        assert fused[0] is not None and fused[0] != "raised"
+
+
+def _prefixed_sink() -> Any:
+    """A sink holding the rows of ``_PREFIX`` (two records, a null key and a null value)."""
+    sink = _ccodec.ArrowSink(True, True)
+    pre = fmt.decode_records(_PREFIX, 0, fmt.parse_header(_PREFIX))
+    sink.extend(pre.data, pre.offsets, pre.timestamps, pre.key_pos, pre.key_len, pre.value_pos,
+                pre.value_len)
+    return sink
+
+
+def test_arrow_sink_checks_its_arguments() -> None:
+    sink = _ccodec.ArrowSink(keys=False, values=True)
+    with pytest.raises(ValueError):
+        sink.append(b"abc", 2, 9, 1, 0, 0, 0, 0, False)
+    one, two = np.zeros(1, np.int64), np.zeros(2, np.int32)
+    with pytest.raises(ValueError):
+        sink.extend(b"ab", one, one, one, two, one, two)
+    with pytest.raises(ValueError):  # a position outside the data
+        sink.extend(b"ab", one, one, one, np.ones(1, np.int32), one + 2, np.ones(1, np.int32))
+    assert sink.rows == 0 and sink.finish()[0] == 0
+    assert sink.append(b"\x00" * 7, 0, 7, 1, 0, 0, 0, 0, False) == -1  # records of zeros
+    rows, _, _, key, value = sink.finish()
+    assert rows == 0 and key is None and value[0] == bytearray(4)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _validate
+from . import _validate, partition_read
 from ._batch import record_batch
 from ._client_api import Durability
 from .batch_writer import choose_codec, spread, write_records
@@ -36,12 +36,15 @@ from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
 from .naming import validate_topic
 from .partition import Partition, SegmentInfo
 from .partitioner import partition_for_key
+from .reader import Decode
 from .records import Header, Record, RecordBatch, RecordMetadata
 from .segment import format as fmt
 from .tiering.upload import drop_below
 from .tiering.upload import enforce_retention as tiered_retention
 from .topics import Topic
 from .upkeep import Upkeep
+
+R = TypeVar("R", bound=Sized)
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -269,6 +272,17 @@ class Log(LogFolder):
         start_offset, end_offset, _ = _validate.read_range(start_offset, end_offset, None)
         found = p.batches(start_offset, end_offset, control=control)
         return (record_batch(topic, partition, header, records) for header, records in found)
+
+    def decoded_batches(
+        self, topic: str, partition: int, start_offset: int, end_offset: int,
+        decode: Decode[R],
+    ) -> Iterator[tuple[fmt.BatchHeader, R]]:
+        """:meth:`read_batches` for the Arrow export: each stored data batch in ``[start_offset,
+        end_offset)`` made into records by ``decode`` (:data:`embedlog.reader.Decode`), which
+        appends them to the Arrow columns being built without a ``RecordBatch`` per batch."""
+        p = self._partition_of(topic, partition)
+        start, end, _ = _validate.read_range(start_offset, end_offset, None)
+        return partition_read.decoded(p, start, end, False, None, decode)
 
     def read_arrow(self, topics: str | Sequence[str] | None = None, **options: Any) -> Any:
         """A ``pyarrow.RecordBatchReader``: see :func:`embedlog.arrow.read_arrow`."""

@@ -34,8 +34,8 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Generator, Iterator
-from typing import Protocol
+from collections.abc import Generator, Iterator, Sized
+from typing import Protocol, TypeVar
 
 from . import loader, reader
 from .errors import OffsetOutOfRangeError, StorageError
@@ -45,14 +45,15 @@ from .segment.rules import OverlapError
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
-    "Readable", "RemoteSegments", "batches", "check_range", "offset_for_timestamp", "read",
-    "refresh_view", "scan", "segment_index", "with_remote",
+    "Readable", "RemoteSegments", "batches", "check_range", "decoded", "offset_for_timestamp",
+    "read", "refresh_view", "scan", "segment_index", "with_remote",
 ]
 
 _RESCANS = 20  # how often a scan follows the writer's deletions and swaps
 
 Batch = tuple[fmt.BatchHeader, fmt.DecodedRecords]
 Batches = Iterator[Batch]
+R = TypeVar("R", bound=Sized)
 
 
 class RemoteSegments(Protocol):
@@ -155,7 +156,8 @@ def with_remote(p: Readable, start: int, segs: list[Segment], end: int | None = 
 
 
 def _remote_batches(p: Readable, tier: RemoteSegments, start: int, stop: int, control: bool,
-                    wanted: int | None) -> Generator[Batch, None, tuple[int, int | None]]:
+                    wanted: int | None, decode: reader.Decode[R]
+                    ) -> Generator[tuple[fmt.BatchHeader, R], None, tuple[int, int | None]]:
     """The batches of ``[start, stop)`` (``stop`` at most the first local base) from the
     tiered segments, each fetched only when the scan reaches it; returns where the scan
     ended and how many records are still wanted."""
@@ -163,7 +165,8 @@ def _remote_batches(p: Readable, tier: RemoteSegments, start: int, stop: int, co
     for seg in tier.each_segment(start, stop, p.settings):
         ceiling = seg.bounds.ceiling if seg.bounds.ceiling is not None else stop
         for header, found in reader.scan([seg], offset, min(stop, ceiling), control=control,
-                                         max_records=wanted, current_end=lambda: p.end_offset):
+                                         max_records=wanted, current_end=lambda: p.end_offset,
+                                         decode=decode):
             offset = header.next_offset
             if wanted is not None:
                 wanted -= len(found)
@@ -175,7 +178,8 @@ def _remote_batches(p: Readable, tier: RemoteSegments, start: int, stop: int, co
 
 
 def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool,
-         wanted: int | None) -> Batches:
+         wanted: int | None, decode: reader.Decode[R]
+         ) -> Iterator[tuple[fmt.BatchHeader, R]]:
     """:func:`embedlog.reader.scan` of ``segs`` over ``[offset, stop)``; a view that meets
     ESTALE or a compaction swap half way (:class:`~embedlog.segment.rules.OverlapError`) lists
     the folder again and resumes (a writer re-raises it)."""
@@ -187,7 +191,8 @@ def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool
     for _ in range(_RESCANS):
         try:
             for header, found in reader.scan(segs, offset, stop, control=control,
-                                             max_records=wanted, current_end=current_end):
+                                             max_records=wanted, current_end=current_end,
+                                             decode=decode):
                 offset = header.next_offset
                 if wanted is not None:
                     wanted -= len(found)
@@ -224,13 +229,21 @@ def batches(p: Readable, start: int | None, end: int | None, control: bool,
     (:func:`embedlog.reader.scan`: control batches skipped unless ``control``; with
     ``max_records`` decoded no further than that). The segment list is captured once.
     ``start=None``: the log start when the scan begins (wherever retention moved it)."""
+    return decoded(p, start, end, control, max_records, reader.restrict)
+
+
+def decoded(p: Readable, start: int | None, end: int | None, control: bool,
+            max_records: int | None, decode: reader.Decode[R]
+            ) -> Iterator[tuple[fmt.BatchHeader, R]]:
+    """:func:`batches` with each batch made into records by ``decode``
+    (:data:`embedlog.reader.Decode`) rather than :func:`embedlog.reader.restrict`."""
     start, stop, segs = _capture(p, start, end)
     if p.tier is not None and segs and start < segs[0].base_offset:
         start, max_records = yield from _remote_batches(
-            p, p.tier, start, min(stop, segs[0].base_offset), control, max_records)
+            p, p.tier, start, min(stop, segs[0].base_offset), control, max_records, decode)
         if max_records == 0 or start >= stop:
             return
-    yield from scan(p, segs, start, stop, control, max_records)
+    yield from scan(p, segs, start, stop, control, max_records, decode)
 
 
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:

@@ -12,8 +12,9 @@ into the next segment, or (in a sealed segment) past the log end, is corruption.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from itertools import chain
+from typing import TypeVar, cast
 
 from . import _io
 from .errors import CorruptBatchError
@@ -23,7 +24,13 @@ from .segment import point_memo
 from .segment.rules import check_ceiling
 from .segment.segment import Segment
 
-__all__ = ["records", "scan"]
+__all__ = ["Decode", "records", "restrict", "scan"]
+
+R = TypeVar("R", bound=Sized)
+Decode = Callable[[bytes, int, fmt.BatchHeader, int, int, "int | None"], R]
+"""What :func:`scan` makes of a stored batch: ``decode(buf, position, header, offset, stop,
+wanted)`` -> the batch's records in ``[offset, stop)`` (:func:`restrict`), in whatever form;
+called while ``buf`` is valid, it must keep no view of it (``buf`` may be a mapping)."""
 
 
 def scan(
@@ -34,11 +41,14 @@ def scan(
     control: bool,
     max_records: int | None,
     current_end: Callable[[], int],
-) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
+    decode: Decode[R],
+) -> Iterator[tuple[fmt.BatchHeader, R]]:
     """Data batches of ``segs`` whose records fall in ``[start, stop)``, each restricted to that
-    range. Control batches are skipped (their offsets still count) unless ``control``. With
-    ``max_records`` the caller promises to stop after that many records, so the batches are
-    decoded no further (a point read walks its batch only up to the record it wants).
+    range by ``decode`` (:func:`restrict`, or a consumer's own: see :data:`Decode`; a batch
+    is yielded when its result is not empty). Control batches are skipped (their offsets still
+    count) unless ``control``. With ``max_records`` the caller promises to stop after that many
+    records, so the batches are decoded no further (a point read walks its batch only up to
+    the record it wants).
     ``current_end`` gives the partition's end offset now (an append may be in progress)."""
     if not segs:  # a partition with no segment (a read-only view of a folder not there)
         return
@@ -48,12 +58,13 @@ def scan(
     for seg, ceiling in zip(segs, ceilings, strict=True):
         if offset >= stop:
             return
-        memo = None if wanted is None else seg.read_identity()
+        # A point read (restricting as every read does) uses and fills the point-read memo.
+        memo = None if wanted is None or decode is not restrict else seg.read_identity()
         if memo is not None and wanted is not None:
             hit = seg.remembered_run(memo, offset, stop, wanted)
             if hit is not None and not _past(seg, hit[0], ceiling, stop, current_end) and (
                     len(hit[1]) == wanted or hit[0].last_offset + 1 >= stop):
-                yield hit
+                yield cast("tuple[fmt.BatchHeader, R]", hit)  # decode is restrict
                 return
         found_at = seg.find_batch(offset)
         if found_at is None:
@@ -67,10 +78,10 @@ def scan(
             if (header.last_offset < offset or (header.is_control and not control)
                     or not header.records_count):
                 continue
-            if ident is not None and point_memo.eligible(header):
-                found = _remember(ident, position, buf, p, header, offset, stop, wanted)
+            if ident is not None and point_memo.eligible(header):  # decode is restrict
+                found = cast(R, _remember(ident, position, buf, p, header, offset, stop, wanted))
             else:
-                found = _restrict(buf, p, header, offset, stop, wanted)
+                found = decode(buf, p, header, offset, stop, wanted)
             if len(found):
                 yield header, found
                 if wanted is not None:
@@ -96,7 +107,7 @@ def _past(seg: Segment, header: fmt.BatchHeader, ceiling: int | None, stop: int,
 
 def _remember(identity: point_memo.Key, at: int, buf: bytes, position: int, header: fmt.BatchHeader,
               offset: int, stop: int, wanted: int | None) -> fmt.DecodedRecords:
-    """:func:`_restrict` for a point read's first batch (at file position ``at``): decoded
+    """:func:`restrict` for a point read's first batch (at file position ``at``): decoded
     whole, its record ends remembered (:mod:`.segment.point_memo`) for the next point reads."""
     found = fmt.decode_records(buf, position, header)
     point_memo.remember(identity, at, header, found)
@@ -107,7 +118,7 @@ def _remember(identity: point_memo.Key, at: int, buf: bytes, position: int, head
     return found if lo == 0 and hi == len(found) else found.slice(lo, hi)
 
 
-def _restrict(buf: bytes, position: int, header: fmt.BatchHeader, offset: int, stop: int,
+def restrict(buf: bytes, position: int, header: fmt.BatchHeader, offset: int, stop: int,
               wanted: int | None) -> fmt.DecodedRecords:
     """The records of the batch at ``position`` of ``buf`` that fall in ``[offset, stop)``,
     decoding no more than ``wanted`` of them."""

@@ -77,9 +77,18 @@ def _codec_seeds() -> list[bytes]:
     return [bytes([c - 1]) + compress(c, data) for c in range(1, 5)]
 
 
+def _core_seeds() -> list[bytes]:
+    """The batch seeds and batches without headers (the Arrow sink's one-pass case)."""
+    plain = [fmt.encode_batch([b"v%d" % i * i for i in range(5)], keys=[None, b"k", b"", None,
+                                                                        b"key"],
+                              timestamps=[9, 3, 7, 1, 2], compression=codec, base_offset=3)
+             for codec in Compression]
+    return _batch_seeds() + [b"\x00" + batch for batch in plain]
+
+
 SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "batch": _batch_seeds,
-    "core": _batch_seeds,  # the compiled decoder against the pure one
+    "core": _core_seeds,  # the compiled decoder (and Arrow sink) against the pure decoder
     "varint": lambda: [b"\x00\x02\x04\x80\x01", b"\x01\xff\xff\xff\xff\x0f", b"\x00" + b"\xff" * 9
                        + b"\x01"],
     "index": _index_seeds,

@@ -20,12 +20,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .._batch import record_batch
+from ..reader import restrict
 from ..records import RecordBatch
 from ..segment import _native
+from ..segment import format as fmt
+from .arrays import constant_column, headers_array, types_array
+from .sink import make_sink
 
-__all__ = ["MAX_BATCH_BYTES", "ArrowBatcher", "records_to_batch"]
-
-
+__all__ = ["APPENDED", "MAX_BATCH_BYTES", "Appended", "ArrowBatcher", "records_to_batch"]
 
 MAX_BATCH_BYTES = 64 * 1024 * 1024
 """Key+value bytes per Arrow batch: keeps big records (up to ``max.message.bytes`` each) from
@@ -55,6 +58,35 @@ class ArrowBatcher:
         self._pending: list[tuple[int, RecordBatch]] = []
         self._rows = 0
         self._bytes = 0
+        self._sink = make_sink(self.columns, max_bytes)
+
+    def decode(self, buf: bytes, position: int, header: fmt.BatchHeader, offset: int,
+               stop: int, wanted: int | None) -> fmt.DecodedRecords | Appended:
+        """The scan's :data:`embedlog.reader.Decode` for :meth:`take`: a stored batch wholly in
+        ``[offset, stop)`` that fits the Arrow batch being built goes straight into the
+        compiled core's columns (:mod:`.sink`; :data:`APPENDED` is returned); any other is
+        decoded and restricted as every read does (:func:`embedlog.reader.restrict`)."""
+        sink = self._sink
+        if sink is not None and header.base_offset >= offset and header.last_offset < stop \
+                and header.records_count <= self.batch_rows - self._rows:
+            got = sink.append_stored(buf, position, header, self.max_bytes - self._bytes)
+            if got >= 0:
+                self._rows += header.records_count
+                self._bytes += got
+                return APPENDED
+        return restrict(buf, position, header, offset, stop, wanted)
+
+    def take(self, header: fmt.BatchHeader, found: fmt.DecodedRecords | Appended
+             ) -> Iterator[pa.RecordBatch]:
+        """Queue what :meth:`decode` made of the batch ``header``; yield every full Arrow batch
+        now available."""
+        if found is APPENDED:
+            if self._rows >= self.batch_rows or self._bytes >= self.max_bytes:
+                yield self._emit()
+            return
+        assert isinstance(found, fmt.DecodedRecords)
+        yield from self.add(header.timestamp_type,
+                            record_batch(self.topic, self.partition, header, found))
 
     def add(self, timestamp_type: int, records: RecordBatch) -> Iterator[pa.RecordBatch]:
         """Queue one Kafka batch's records; yield every full Arrow batch now available."""
@@ -62,7 +94,7 @@ class ArrowBatcher:
         if n <= self.batch_rows - self._rows and \
                 self._bytes + len(records.buffer) <= self.max_bytes:
             # The whole batch fits (its buffer bounds its keys and values): no per-record sizes.
-            self._pending.append((timestamp_type, records))
+            self._push(timestamp_type, records)
             self._rows += n
             self._bytes += _item_bytes(records)
             if self._rows >= self.batch_rows or self._bytes >= self.max_bytes:
@@ -82,7 +114,7 @@ class ArrowBatcher:
                     continue
                 take = max(fit, 1)
             part = records if take == n else records.slice(start, start + take)
-            self._pending.append((timestamp_type, part))
+            self._push(timestamp_type, part)
             self._rows += take
             self._bytes += int(sizes[start + take - 1]) - before
             start += take
@@ -94,12 +126,34 @@ class ArrowBatcher:
         if self._rows:
             yield self._emit()
 
+    def _push(self, timestamp_type: int, records: RecordBatch) -> None:
+        if self._sink is None:
+            self._pending.append((timestamp_type, records))
+        else:
+            self._sink.push(timestamp_type, records)
+
     def _emit(self) -> pa.RecordBatch:
-        batch = records_to_batch(
-            self._pending, self.topic, self.partition, self.columns, self.schema
-        )
+        if self._sink is None:
+            batch = records_to_batch(
+                self._pending, self.topic, self.partition, self.columns, self.schema
+            )
+        else:
+            batch = self._sink.emit(self.topic, self.partition, self.columns, self.schema)
         self._pending, self._rows, self._bytes = [], 0, 0
         return batch
+
+
+class Appended:
+    """:meth:`ArrowBatcher.decode`'s answer for a batch appended to the compiled core's columns
+    (one record for the scan: it is yielded)."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return 1
+
+
+APPENDED = Appended()
 
 
 def _item_bytes(records: RecordBatch) -> int:
@@ -171,21 +225,14 @@ def _column(
     if name == "timestamp":
         millis = _concat([r.timestamps for _, r in chunks], np.int64)
         return pa.array(millis * 1000, type=pa.int64()).view(arrow_type)
-    if name == "partition":
-        return pa.array(np.full(n, partition, dtype=np.int32), type=pa.int32())
-    if name == "topic":
-        return pa.repeat(pa.scalar(topic, type=pa.string()), n)
     if name == "timestampType":
-        kinds = {t for t, _ in chunks}
-        if len(kinds) == 1:  # the usual case: one type for the whole partition
-            return pa.array(np.full(n, kinds.pop(), dtype=np.int32), type=pa.int32())
-        types = np.concatenate([np.full(len(r), t, dtype=np.int32) for t, r in chunks])
-        return pa.array(types, type=pa.int32())
+        return types_array([(len(r), t) for t, r in chunks], n)
     if name in ("key", "value"):
         return _binary_column(chunks, name, joined)
     if name == "headers":
-        return _concat_arrays([_headers(r, arrow_type) for _, r in chunks], arrow_type)
-    raise ValueError(f"unknown column {name!r}")
+        return _concat_arrays([headers_array(len(r), r.headers, arrow_type) for _, r in chunks],
+                              arrow_type)
+    return constant_column(name, topic, partition, n)
 
 
 def _binary_column(chunks: Sequence[tuple[int, RecordBatch]], which: str, joined: _Joined
@@ -280,24 +327,3 @@ def _binary(data: bytes, pos: Any, lens: Any) -> pa.Array:
         null_count=nulls,
     )
     return wide.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
-
-
-def _headers(records: RecordBatch, arrow_type: pa.DataType) -> pa.Array:
-    """``list<struct<key, value>>``: null for a record without headers, as Spark's Kafka
-    source does."""
-    n = len(records)
-    heads = records.headers
-    if heads is None:
-        return pa.nulls(n, type=arrow_type)
-    lengths = np.fromiter((len(h) if h else 0 for h in heads), dtype=np.int32, count=n)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    keys = [k for h in heads if h for k, _ in h]
-    values = [v for h in heads if h for _, v in h]
-    struct_type = arrow_type.value_type
-    items = pa.StructArray.from_arrays(
-        [pa.array(keys, type=pa.string()), pa.array(values, type=pa.binary())],
-        fields=list(struct_type),
-    )
-    mask = pa.array(lengths == 0)
-    return pa.ListArray.from_arrays(pa.array(offsets), items, type=arrow_type, mask=mask)

@@ -15,8 +15,11 @@ past the log end is the log end. The plan -- every partition's range -- is fixed
 arguments is raised then.
 
 **How.** Partitions are read one after the other, in (topic, partition) order, batch by batch
-through :meth:`Log.read_batches`; each Arrow batch is built from the decoder's columns
-(:mod:`embedlog.arrow.columns`: no Python object per record, except for ``headers``) and holds
+through :meth:`Log.decoded_batches` (:meth:`Log.read_batches` for ``read_committed``); each
+Arrow batch is built from the decoder's columns (:mod:`embedlog.arrow.columns`: no Python
+object per record, except for ``headers``; with the compiled core, a batch wholly in range and
+without headers goes from the read buffer into the Arrow buffers in one C pass,
+:mod:`embedlog.arrow.sink`) and holds
 one partition's records, at most ``batch_rows`` of them and about 64 MiB of keys and values, so
 memory stays bounded whatever the log's size. ``columns`` picks and orders the columns; the
 others are never built (reading only ``offset`` and ``timestamp`` never copies a key or value).
@@ -30,15 +33,17 @@ directory opened read-only.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any, Protocol, Union
+from typing import Any, Protocol, TypeVar, Union
 
 import pyarrow as pa
 
 from .. import _validate
 from ..errors import InvalidConfigError, OffsetOutOfRangeError, UsageError
+from ..reader import Decode
 from ..records import RecordBatch, TopicPartition
+from ..segment.header import BatchHeader
 from .columns import ArrowBatcher
 from .isolation import committed_batches
 from .schema import project
@@ -52,6 +57,7 @@ DEFAULT_BATCH_ROWS = 65_536
 OffsetArg = Union[  # noqa: UP007 (a runtime alias)
     int, Mapping[TopicPartition, int], Mapping[tuple[str, int], int], None]
 TimeArg = Union[int, dt.datetime, None]  # noqa: UP007
+R = TypeVar("R", bound=Sized)
 
 
 class LogReader(Protocol):
@@ -70,6 +76,9 @@ class LogReader(Protocol):
     def read_batches(self, topic: str, partition: int, start_offset: int | None = None,
                      end_offset: int | None = None, *, control: bool = False
                      ) -> Iterator[RecordBatch]: ...
+
+    def decoded_batches(self, topic: str, partition: int, start_offset: int, end_offset: int,
+                        decode: Decode[R]) -> Iterator[tuple[BatchHeader, R]]: ...
 
 
 @dataclass(frozen=True)
@@ -121,10 +130,12 @@ def _batches(log: LogReader, ranges: list[PartitionRange], names: tuple[str, ...
         if committed:
             source = committed_batches(
                 log.read_batches(r.topic, r.partition, r.start, None, control=True), r.end)
+            for batch in source:
+                yield from batcher.add(batch.timestamp_type, batch)
         else:
-            source = log.read_batches(r.topic, r.partition, r.start, r.end)
-        for batch in source:
-            yield from batcher.add(batch.timestamp_type, batch)
+            for header, found in log.decoded_batches(r.topic, r.partition, r.start, r.end,
+                                                     batcher.decode):
+                yield from batcher.take(header, found)
         yield from batcher.flush()
 
 

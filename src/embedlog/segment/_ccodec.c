@@ -383,6 +383,50 @@ fast_varint(const uint8_t *d, int64_t p, int64_t end, int max_bytes, int64_t *va
     return 0;
 }
 
+/* The fields of the record whose body (the attributes byte) starts at p and which ends at
+ * end, read in one pass: 0 when every field is well formed and the record has no headers,
+ * else -1 (decode_fields then reads the batch field by field, with its checks and errors). */
+typedef struct {
+    int64_t tsd, od, kp, kl, vp, vl;
+} FastRecord;
+
+static inline int
+fast_record(const uint8_t *d, int64_t p, int64_t end, const BatchInfo *bi, FastRecord *r)
+{
+    int64_t w;
+    p += 1; /* the attributes byte */
+    if (fast_varint(d, p, end, 10, &r->tsd, &w) < 0)
+        return -1;
+    p += w;
+    if (fast_varint(d, p, end, 5, &r->od, &w) < 0 || r->od < 0 || r->od > bi->last_offset_delta)
+        return -1;
+    p += w;
+    if (fast_varint(d, p, end, 5, &r->kl, &w) < 0 || r->kl < -1)
+        return -1;
+    r->kp = p + w;
+    p = r->kp + (r->kl > 0 ? r->kl : 0);
+    if (fast_varint(d, p, end, 5, &r->vl, &w) < 0 || r->vl < -1)
+        return -1;
+    r->vp = p + w;
+    p = r->vp + (r->vl > 0 ? r->vl : 0);
+    if (p + 1 != end || d[p] != 0) /* headersCount 0, ending the record */
+        return -1;
+    return 0;
+}
+
+static inline int64_t
+record_offset(const FastRecord *r, const BatchInfo *bi)
+{
+    return (int64_t)((uint64_t)r->od + (uint64_t)bi->base_offset);
+}
+
+static inline int64_t
+record_timestamp(const FastRecord *r, const BatchInfo *bi)
+{
+    return bi->log_append ? bi->max_timestamp
+                          : (int64_t)((uint64_t)r->tsd + (uint64_t)bi->base_timestamp);
+}
+
 /* decode_fields in one pass per record for the common case: every field well formed and no
  * record with headers. Returns 1 with the columns filled, or 0 when anything differs from that
  * (a damaged record, headers): decode_fields then reads the batch field by field, with its
@@ -394,31 +438,16 @@ fast_fields(const uint8_t *d, Py_ssize_t m, const BatchInfo *bi, const int64_t *
     int64_t *offsets = out64, *timestamps = out64 + m, *kp = out64 + 2 * m;
     int64_t *vp = out64 + 3 * m;
     for (Py_ssize_t i = 0; i < m; i++) {
-        int64_t p = rs[i], end = rs[i + 1], len, tsd, od, kl, vl, w;
-        if (fast_varint(d, p, end, 5, &len, &w) < 0 || p + w + len != end || len < MIN_BODY)
+        int64_t p = rs[i], end = rs[i + 1], len, w;
+        FastRecord r;
+        if (fast_varint(d, p, end, 5, &len, &w) < 0 || p + w + len != end || len < MIN_BODY ||
+            fast_record(d, p + w, end, bi, &r) < 0)
             return 0;
-        p += w + 1; /* the attributes byte */
-        if (fast_varint(d, p, end, 10, &tsd, &w) < 0)
-            return 0;
-        p += w;
-        if (fast_varint(d, p, end, 5, &od, &w) < 0 || od < 0 || od > bi->last_offset_delta)
-            return 0;
-        p += w;
-        if (fast_varint(d, p, end, 5, &kl, &w) < 0 || kl < -1)
-            return 0;
-        kp[i] = p + w;
-        p = kp[i] + (kl > 0 ? kl : 0);
-        if (fast_varint(d, p, end, 5, &vl, &w) < 0 || vl < -1)
-            return 0;
-        vp[i] = p + w;
-        p = vp[i] + (vl > 0 ? vl : 0);
-        if (p + 1 != end || d[p] != 0) /* headersCount 0, ending the record */
-            return 0;
-        out32[i] = (int32_t)kl;
-        out32[m + i] = (int32_t)vl;
-        timestamps[i] = bi->log_append ? bi->max_timestamp
-                                       : (int64_t)((uint64_t)tsd + (uint64_t)bi->base_timestamp);
-        offsets[i] = (int64_t)((uint64_t)od + (uint64_t)bi->base_offset);
+        kp[i] = r.kp, vp[i] = r.vp;
+        out32[i] = (int32_t)r.kl;
+        out32[m + i] = (int32_t)r.vl;
+        timestamps[i] = record_timestamp(&r, bi);
+        offsets[i] = record_offset(&r, bi);
     }
     return 1;
 }
@@ -642,25 +671,32 @@ gather_open(PyObject *item, gather_chunk *c)
     return 0;
 }
 
+/* Bytes of the items of one column (nulls counted into *nulls), or -1 with ValueError when
+ * one lies outside the data. */
+static int64_t
+column_bytes(const int64_t *pos, const int32_t *len, Py_ssize_t n, int64_t size,
+             Py_ssize_t *nulls)
+{
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (len[i] < 0) {
+            (*nulls)++;
+            continue;
+        }
+        if (pos[i] < 0 || pos[i] > size - len[i]) {
+            PyErr_SetString(PyExc_ValueError, "column position outside the data");
+            return -1;
+        }
+        total += len[i];
+    }
+    return total;
+}
+
 /* Bytes of chunk c's items, or -1 with ValueError when one lies outside its data. */
 static int64_t
 gather_size(const gather_chunk *c, Py_ssize_t *nulls)
 {
-    const int64_t *p = c->pos.buf;
-    const int32_t *l = c->len.buf;
-    int64_t size = PyBytes_GET_SIZE(c->data), total = 0;
-    for (Py_ssize_t i = 0; i < c->n; i++) {
-        if (l[i] < 0) {
-            (*nulls)++;
-            continue;
-        }
-        if (p[i] < 0 || p[i] > size - l[i]) {
-            PyErr_SetString(PyExc_ValueError, "column position outside the data");
-            return -1;
-        }
-        total += l[i];
-    }
-    return total;
+    return column_bytes(c->pos.buf, c->len.buf, c->n, PyBytes_GET_SIZE(c->data), nulls);
 }
 
 static PyObject *
@@ -1196,6 +1232,424 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------------ Arrow sink */
+
+/* A growable buffer backed by a bytearray (handed to Arrow without a copy by take()). `hint`
+ * is the length of the last buffer taken: the next one starts at that capacity. */
+typedef struct {
+    PyObject *ba;
+    Py_ssize_t len, cap, hint;
+} ABuf;
+
+static int
+abuf_reserve(ABuf *b, Py_ssize_t more)
+{
+    if (more > PY_SSIZE_T_MAX / 4 - b->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t need = b->len + more;
+    if (need <= b->cap && b->ba != NULL)
+        return 0;
+    Py_ssize_t cap = need > 2 * b->cap ? need : 2 * b->cap;
+    if (b->cap == 0 && cap < b->hint)
+        cap = b->hint;
+    if (cap < 64)
+        cap = 64; /* never empty: abuf_at() always has a buffer after a reserve */
+    if (b->ba == NULL) {
+        b->ba = PyByteArray_FromStringAndSize(NULL, cap);
+        if (b->ba == NULL)
+            return -1;
+    }
+    else if (PyByteArray_Resize(b->ba, cap) < 0) {
+        return -1;
+    }
+    b->cap = cap;
+    return 0;
+}
+
+static inline uint8_t *
+abuf_at(const ABuf *b)
+{
+    return (uint8_t *)PyByteArray_AS_STRING(b->ba);
+}
+
+/* The bytes written as a bytearray of exactly that length; the buffer starts over empty. */
+static PyObject *
+abuf_take(ABuf *b)
+{
+    PyObject *out;
+    if (b->ba == NULL) {
+        out = PyByteArray_FromStringAndSize(NULL, 0);
+    }
+    else {
+        if (PyByteArray_Resize(b->ba, b->len) < 0)
+            return NULL;
+        out = b->ba;
+        b->ba = NULL;
+    }
+    b->hint = b->len;
+    b->len = b->cap = 0;
+    return out;
+}
+
+/* One Arrow binary column being built: int32 offsets (rows + 1), items, validity bits. */
+typedef struct {
+    ABuf off, data, valid;
+    Py_ssize_t nulls;
+    int on; /* built at all (else only counted) */
+} BinCol;
+
+/* Room for `rows` more items of at most `bytes` bytes in all, after `have` rows. */
+static int
+bincol_reserve(BinCol *c, Py_ssize_t have, Py_ssize_t rows, Py_ssize_t bytes)
+{
+    if (!c->on)
+        return 0;
+    if (c->data.len + bytes > INT32_MAX_) {
+        PyErr_SetString(PyExc_OverflowError, "items pass 2 GiB");
+        return -1;
+    }
+    if (abuf_reserve(&c->off, 4 * (rows + 1)) < 0 || abuf_reserve(&c->data, bytes) < 0 ||
+        abuf_reserve(&c->valid, (have + rows + 7) / 8 - c->valid.len + 1) < 0)
+        return -1;
+    if (have == 0) {
+        ((int32_t *)abuf_at(&c->off))[0] = 0;
+        c->off.len = 4;
+    }
+    return 0;
+}
+
+/* Item `row` (the next one): len < 0 is null (an empty item marked invalid). */
+static inline void
+bincol_put(BinCol *c, Py_ssize_t row, const uint8_t *src, int64_t len)
+{
+    uint8_t *bits = abuf_at(&c->valid) + (row >> 3), bit = (uint8_t)(1u << (row & 7));
+    if (bit == 1)
+        *bits = 0; /* a new byte: no stale bits past the last row */
+    if (len < 0) {
+        *bits &= (uint8_t)~bit;
+        c->nulls++;
+    }
+    else {
+        memcpy(abuf_at(&c->data) + c->data.len, src, (size_t)len);
+        c->data.len += (Py_ssize_t)len;
+        *bits |= bit;
+    }
+    ((int32_t *)abuf_at(&c->off))[row + 1] = (int32_t)c->data.len;
+}
+
+static void
+bincol_settle(BinCol *c, Py_ssize_t rows)
+{
+    if (c->on) {
+        c->off.len = 4 * (rows + 1);
+        c->valid.len = (rows + 7) / 8;
+    }
+}
+
+/* (offsets, data, validity or None, nulls) of the rows so far; the column starts over. */
+static PyObject *
+bincol_take(BinCol *c, Py_ssize_t rows)
+{
+    if (!c->on)
+        Py_RETURN_NONE;
+    if (rows == 0 && abuf_reserve(&c->off, 4) == 0) { /* one offset: 0 */
+        ((int32_t *)abuf_at(&c->off))[0] = 0;
+        c->off.len = 4;
+    }
+    PyObject *off = abuf_take(&c->off), *data = abuf_take(&c->data);
+    PyObject *valid = abuf_take(&c->valid), *out = NULL;
+    if (off && data && valid)
+        out = Py_BuildValue("(OOOn)", off, data, c->nulls ? valid : Py_None, c->nulls);
+    Py_XDECREF(off);
+    Py_XDECREF(data);
+    Py_XDECREF(valid);
+    c->nulls = 0;
+    return out;
+}
+
+typedef struct {
+    PyObject_HEAD
+    ABuf offsets, timestamps; /* int64 per row */
+    BinCol key, value;
+    Py_ssize_t rows;
+    int64_t item_bytes; /* key and value bytes of the rows (built or not) */
+} Sink;
+
+/* Everything appended by a failed call is dropped: back to the state saved before it. */
+typedef struct {
+    Py_ssize_t rows, kdata, vdata, knulls, vnulls;
+    int64_t item_bytes;
+} SinkMark;
+
+static SinkMark
+sink_mark(const Sink *s)
+{
+    SinkMark m = {s->rows, s->key.data.len, s->value.data.len, s->key.nulls, s->value.nulls,
+                  s->item_bytes};
+    return m;
+}
+
+/* Validity bits past `rows` cleared (what a dropped row left in the last byte). */
+static void
+bincol_trim(BinCol *c, Py_ssize_t rows)
+{
+    if (c->on && (rows & 7))
+        abuf_at(&c->valid)[rows >> 3] &= (uint8_t)((1u << (rows & 7)) - 1);
+}
+
+static void
+sink_reset(Sink *s, const SinkMark *m)
+{
+    s->rows = m->rows, s->item_bytes = m->item_bytes;
+    s->key.data.len = m->kdata, s->value.data.len = m->vdata;
+    s->key.nulls = m->knulls, s->value.nulls = m->vnulls;
+    bincol_trim(&s->key, s->rows);
+    bincol_trim(&s->value, s->rows);
+}
+
+/* Room for `rows` more rows with at most `bytes` of keys and of values each. */
+static int
+sink_reserve(Sink *s, Py_ssize_t rows, Py_ssize_t bytes)
+{
+    if (abuf_reserve(&s->offsets, 8 * rows) < 0 || abuf_reserve(&s->timestamps, 8 * rows) < 0 ||
+        bincol_reserve(&s->key, s->rows, rows, bytes) < 0 ||
+        bincol_reserve(&s->value, s->rows, rows, bytes) < 0)
+        return -1;
+    return 0;
+}
+
+static void
+sink_settle(Sink *s)
+{
+    s->offsets.len = s->timestamps.len = 8 * s->rows;
+    bincol_settle(&s->key, s->rows);
+    bincol_settle(&s->value, s->rows);
+}
+
+/* One row: its offset, timestamp, key and value (d + kp, kl; d + vp, vl; -1 = null). */
+static inline void
+sink_row(Sink *s, int64_t offset, int64_t timestamp, const uint8_t *d, int64_t kp, int64_t kl,
+         int64_t vp, int64_t vl)
+{
+    Py_ssize_t r = s->rows++;
+    ((int64_t *)abuf_at(&s->offsets))[r] = offset;
+    ((int64_t *)abuf_at(&s->timestamps))[r] = timestamp;
+    if (s->key.on)
+        bincol_put(&s->key, r, d + kp, kl);
+    if (s->value.on)
+        bincol_put(&s->value, r, d + vp, vl);
+    s->item_bytes += (kl > 0 ? kl : 0) + (vl > 0 ? vl : 0);
+}
+
+/* fast_fields over a whole records section d[0, size) of n records, straight into the sink:
+ * 1 when every record passed (the rows are in), 0 when anything differs from fast_fields'
+ * common case (nothing is in; the caller decodes the batch the general way). It accepts only
+ * batches decode() accepts with the same walk (each record ends where its length says, the
+ * last one at the end of the section) and gives the same columns. */
+static int
+sink_fields(Sink *s, const uint8_t *d, int64_t size, int64_t n, const BatchInfo *bi)
+{
+    int64_t p = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len, w;
+        FastRecord r;
+        if (fast_varint(d, p, size, 5, &len, &w) < 0 || len < MIN_BODY || len > size - p - w ||
+            fast_record(d, p + w, p + w + len, bi, &r) < 0)
+            return 0;
+        p += w + len;
+        sink_row(s, record_offset(&r, bi), record_timestamp(&r, bi), d, r.kp, r.kl, r.vp, r.vl);
+    }
+    return p == size;
+}
+
+PyDoc_STRVAR(sink_append_doc,
+"append(data, start, end, n, base_offset, base_timestamp, max_timestamp, last_offset_delta,\n"
+"       log_append) -> int\n\n"
+"The n records of the (uncompressed) records section data[start:end] appended as rows when\n"
+"decode() reads them in its one-pass common case (well-formed records, none with headers);\n"
+"returns the key and value bytes appended. -1 when the batch needs the general decoder\n"
+"(damage, headers, n * 7 > end - start): then nothing was appended and decode() gives the\n"
+"columns or the CorruptBatchError. Never reads outside data[start:end].");
+
+static PyObject *
+sink_append(Sink *s, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t start, end;
+    long long n;
+    BatchInfo bi;
+    if (!PyArg_ParseTuple(args, "y*nnLLLLLp", &data, &start, &end, &n, &bi.base_offset,
+                          &bi.base_timestamp, &bi.max_timestamp, &bi.last_offset_delta,
+                          &bi.log_append))
+        return NULL;
+    PyObject *result = NULL;
+    if (start < 0 || end < start || end > data.len) {
+        PyErr_SetString(PyExc_ValueError, "section outside the data");
+        goto done;
+    }
+    int64_t size = end - start, before = s->item_bytes;
+    if (n <= 0 || n > size / 7) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    SinkMark mark = sink_mark(s);
+    if (sink_reserve(s, (Py_ssize_t)n, (Py_ssize_t)size) < 0)
+        goto done;
+    if (sink_fields(s, (const uint8_t *)data.buf + start, size, n, &bi)) {
+        result = PyLong_FromLongLong(s->item_bytes - before);
+    }
+    else {
+        sink_reset(s, &mark);
+        result = PyLong_FromLong(-1);
+    }
+    sink_settle(s);
+done:
+    PyBuffer_Release(&data);
+    return result;
+}
+
+PyDoc_STRVAR(sink_extend_doc,
+"extend(data, offsets, timestamps, key_pos, key_len, value_pos, value_len) -> int\n\n"
+"Rows from decoded columns (int64 offsets, timestamps, positions; int32 lengths, -1 = null)\n"
+"over data; returns the key and value bytes appended. ValueError (nothing appended) when a\n"
+"position lies outside data or the columns differ in length.");
+
+static PyObject *
+sink_extend(Sink *s, PyObject *args)
+{
+    Py_buffer data, v[6];
+    PyObject *cols[6];
+    if (!PyArg_ParseTuple(args, "y*OOOOOO", &data, &cols[0], &cols[1], &cols[2], &cols[3],
+                          &cols[4], &cols[5]))
+        return NULL;
+    static const int sizes[6] = {8, 8, 8, 4, 8, 4};
+    PyObject *result = NULL;
+    Py_ssize_t n = PyObject_Length(cols[0]);
+    int got = 0;
+    for (; n >= 0 && got < 6; got++) {
+        if (get_column(cols[got], &v[got], sizes[got], 0, n) < 0)
+            break;
+    }
+    if (got < 6)
+        goto done;
+    const int64_t *off = v[0].buf, *ts = v[1].buf, *kp = v[2].buf, *vp = v[4].buf;
+    const int32_t *kl = v[3].buf, *vl = v[5].buf;
+    Py_ssize_t nulls = 0;
+    int64_t kbytes = column_bytes(kp, kl, n, data.len, &nulls), vbytes;
+    if (kbytes < 0 || (vbytes = column_bytes(vp, vl, n, data.len, &nulls)) < 0)
+        goto done;
+    int64_t most = kbytes > vbytes ? kbytes : vbytes, before = s->item_bytes;
+    if (most > INT32_MAX_) {
+        PyErr_SetString(PyExc_OverflowError, "items pass 2 GiB");
+        goto done;
+    }
+    if (sink_reserve(s, n, (Py_ssize_t)most) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        sink_row(s, off[i], ts[i], data.buf, kp[i], kl[i], vp[i], vl[i]);
+    sink_settle(s);
+    result = PyLong_FromLongLong(s->item_bytes - before);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+PyDoc_STRVAR(sink_finish_doc,
+"finish() -> (rows, offsets, timestamps, key, value)\n\n"
+"The rows so far: offsets and timestamps as native int64 bytearrays, key and value (None\n"
+"when not built) as (int32 offsets, data, validity bitmap or None, null count), Arrow's\n"
+"binary layout. The sink starts over empty.");
+
+static PyObject *
+sink_finish(Sink *s, PyObject *unused)
+{
+    (void)unused;
+    Py_ssize_t rows = s->rows;
+    PyObject *off = abuf_take(&s->offsets), *ts = abuf_take(&s->timestamps);
+    PyObject *key = bincol_take(&s->key, rows), *value = bincol_take(&s->value, rows);
+    PyObject *out = NULL;
+    if (off && ts && key && value)
+        out = Py_BuildValue("(nOOOO)", rows, off, ts, key, value);
+    Py_XDECREF(off);
+    Py_XDECREF(ts);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    s->rows = 0;
+    s->item_bytes = 0;
+    return out;
+}
+
+static PyObject *
+sink_get_rows(Sink *s, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(s->rows);
+}
+
+static PyObject *
+sink_get_item_bytes(Sink *s, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLongLong(s->item_bytes);
+}
+
+static int
+sink_init(Sink *s, PyObject *args, PyObject *kwds)
+{
+    int keys, values;
+    static char *names[] = {"keys", "values", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "pp", names, &keys, &values))
+        return -1;
+    if (s->rows || s->offsets.ba) {
+        PyErr_SetString(PyExc_TypeError, "ArrowSink is initialised once");
+        return -1;
+    }
+    s->key.on = keys, s->value.on = values;
+    return 0;
+}
+
+static void
+sink_dealloc(Sink *s)
+{
+    ABuf *bufs[] = {&s->offsets, &s->timestamps, &s->key.off, &s->key.data, &s->key.valid,
+                    &s->value.off, &s->value.data, &s->value.valid};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        Py_XDECREF(bufs[i]->ba);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyMethodDef sink_methods[] = {
+    {"append", (PyCFunction)sink_append, METH_VARARGS, sink_append_doc},
+    {"extend", (PyCFunction)sink_extend, METH_VARARGS, sink_extend_doc},
+    {"finish", (PyCFunction)sink_finish, METH_NOARGS, sink_finish_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef sink_getset[] = {
+    {"rows", (getter)sink_get_rows, NULL, "rows appended since the last finish()", NULL},
+    {"item_bytes", (getter)sink_get_item_bytes, NULL,
+     "key and value bytes of those rows (nulls count 0), built or not", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "embedlog.segment._ccodec.ArrowSink",
+    .tp_basicsize = sizeof(Sink),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ArrowSink(keys, values): the Arrow columns of one partition's rows, appended\n"
+              "batch by batch (offset, timestamp; key and value when asked for).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)sink_init,
+    .tp_dealloc = (destructor)sink_dealloc,
+    .tp_methods = sink_methods,
+    .tp_getset = sink_getset,
+};
+
 /* ------------------------------------------------------------------------ module */
 
 /* ------------------------------------------------------------------------ argument scans */
@@ -1303,7 +1757,10 @@ PyInit__ccodec(void)
         return NULL;
     Crc32c = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);
-    if (CorruptBatchError == NULL || Crc32c == NULL)
+    if (CorruptBatchError == NULL || Crc32c == NULL || PyType_Ready(&SinkType) < 0)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "ArrowSink", (PyObject *)&SinkType) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -15,7 +15,25 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
-__all__ = ["CORE", "Core", "codec_implementation", "load_compiled"]
+__all__ = ["CORE", "ArrowSink", "Core", "codec_implementation", "load_compiled"]
+
+
+class ArrowSink(Protocol):
+    """The compiled core's Arrow columns of one partition's rows (``_ccodec.ArrowSink``,
+    documented there; used by :mod:`embedlog.arrow.sink`)."""
+
+    rows: int
+    item_bytes: int
+
+    def append(
+        self, data: bytes, start: int, end: int, n: int, base_offset: int, base_timestamp: int,
+        max_timestamp: int, last_offset_delta: int, log_append: bool, /,
+    ) -> int: ...
+
+    def extend(self, data: bytes, offsets: Any, timestamps: Any, key_pos: Any, key_len: Any,
+               value_pos: Any, value_len: Any, /) -> int: ...
+
+    def finish(self) -> tuple[int, bytearray, bytearray, Any, Any]: ...
 
 
 class Core(Protocol):
@@ -42,6 +60,8 @@ class Core(Protocol):
         headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None, tsd: Any,
         od: Any, header: bytes | None, /,
     ) -> bytes: ...
+
+    def ArrowSink(self, keys: bool, values: bool, /) -> ArrowSink: ...
 
     def first_not_bytes(self, seq: list[Any] | tuple[Any, ...], /) -> int: ...
 

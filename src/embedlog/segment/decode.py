@@ -31,7 +31,7 @@ from embedlog.segment.header import (
     decode_varint,
 )
 
-__all__ = ["DecodedRecords", "decode_records", "decode_run"]
+__all__ = ["DecodedRecords", "decode_records", "decode_run", "records_section"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -330,6 +330,27 @@ def decode_records(
     (:func:`next_batch` does). For LogAppendTime batches every timestamp is maxTimestamp. Any
     violation is CorruptBatchError with ``position=pos``.
     """
+    raw = _section(buf, pos, header, max_decompressed, copy=True)
+    return _checked(raw, header.records_count, header, first, count, pos)
+
+
+def records_section(
+    buf: bytes, pos: int, header: BatchHeader, *, max_decompressed: int = 64 * 1024 * 1024
+) -> tuple[bytes, int, int]:
+    """The records section of the batch at ``pos`` as ``(data, start, end)``: for an
+    uncompressed batch ``buf`` itself (no copy; only for a caller that reads it before
+    returning, as ``buf`` may be a mapping) with the section's bounds, else the decompressed
+    bytes, whole. Raises as :func:`decode_records` does before it decodes a record."""
+    data = _section(buf, pos, header, max_decompressed, copy=False)
+    if data is buf:
+        return buf, pos + HEADER_SIZE, pos + header.size
+    return data, 0, len(data)
+
+
+def _section(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader,
+             max_decompressed: int, *, copy: bool) -> bytes:
+    """The decompressed records section; ``buf`` itself when it is uncompressed ``bytes`` and
+    not ``copy`` (else a copy: no view of the caller's buffer, maybe an mmap, outlives the call)."""
     end = pos + header.size
     if end > len(buf):
         raise CorruptBatchError("batch extends past the end of the data", position=pos)
@@ -337,6 +358,8 @@ def decode_records(
     codec = header.attributes & COMPRESSION_MASK
     if codec > Compression.ZSTD:
         raise UnsupportedFormatError(f"unknown compression codec id {codec}", position=pos)
+    if codec == Compression.NONE and not copy and isinstance(buf, bytes):
+        return buf  # the caller reads it within its call
     with memoryview(buf) as mv, mv[pos + HEADER_SIZE : end] as section:
         raw = bytes(section)  # no view of the caller's buffer (an mmap) outlives this call
     if codec != Compression.NONE and (n or raw):
@@ -344,7 +367,7 @@ def decode_records(
             raw = decompress(codec, raw, max_size=max_decompressed)
         except CorruptBatchError as e:
             raise type(e)(e.reason, position=pos) from e
-    return _checked(raw, n, header, first, count, pos)
+    return raw
 
 
 def decode_run(data: bytes, n: int, header: BatchHeader, position: int) -> DecodedRecords:

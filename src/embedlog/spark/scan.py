@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from .._batch import record_batch
 from ..arrow.columns import ArrowBatcher
 from ..arrow.isolation import committed_batches
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..log import open as open_log
 from ..opener import open as open_any
+from ..partition_read import decoded
 from ..records import RecordBatch
 from ..remote import is_uri
 from ..transactions import CommittedFilter
@@ -139,9 +139,8 @@ def read_task(
             yield from _committed(log, topic, partition, start, end, columns, schema, batch_rows)
             continue
         batcher = ArrowBatcher(topic, partition, columns, schema, batch_rows)
-        for header, records in p.batches(start, end):
-            batch = record_batch(topic, partition, header, records)
-            yield from batcher.add(header.timestamp_type, batch)
+        for header, found in decoded(p, start, end, False, None, batcher.decode):
+            yield from batcher.take(header, found)
         yield from batcher.flush()
 
 

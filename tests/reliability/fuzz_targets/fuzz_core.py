@@ -2,7 +2,9 @@
 
 Each input is a record batch (the first byte picks CRC fix-up, a record count lie and a
 point-read range); both implementations decode it and must return the same columns, values,
-headers and Record objects, or raise the same CorruptBatchError message. Coverage guidance comes
+headers and Record objects, or raise the same CorruptBatchError message. The compiled Arrow
+sink's one pass over the batch (``ArrowSink.append``) must append exactly the rows of the
+decoder's columns, or nothing when the decoder refuses the batch. Coverage guidance comes
 from the instrumented pure decoder. Skips (exit 0 at once) when the core is not built.
 """
 
@@ -14,7 +16,7 @@ import numpy  # noqa: F401 - imported first so that only embedlog is instrumente
 
 with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.errors import CorruptBatchError
-    from embedlog.segment import _native
+    from embedlog.segment import _native, decode
     from embedlog.segment import format as fmt
 
 try:
@@ -39,6 +41,31 @@ def _decode(buf: bytes, first: int, count: int | None) -> object:
         return (type(e), str(e))
 
 
+def _sink_rows(buf: bytes, fused: bool) -> object:
+    """The Arrow sink's rows of the batch: from ``append`` (``fused``; None when it leaves the
+    batch to the decoder) or from the decoder's columns (None when it raises)."""
+    sink = _ccodec.ArrowSink(True, True)
+    try:
+        header = fmt.next_batch(buf, 0, verify=False, max_batch_size=MAX_BATCH)
+        if header is None:
+            return None
+        if fused:
+            data, start, end = decode.records_section(buf, 0, header,
+                                                      max_decompressed=MAX_BATCH)
+            if sink.append(data, start, end, header.records_count, header.base_offset,
+                           header.base_timestamp, header.max_timestamp,
+                           header.last_offset_delta,
+                           bool(header.attributes & fmt.TIMESTAMP_TYPE_MASK)) < 0:
+                return None
+        else:
+            r = fmt.decode_records(buf, 0, header, max_decompressed=MAX_BATCH)
+            sink.extend(r.data, r.offsets, r.timestamps, r.key_pos, r.key_len, r.value_pos,
+                        r.value_len)
+    except CorruptBatchError:
+        return None
+    return sink.finish()
+
+
 def test_one_input(data: bytes) -> None:
     if len(data) < 2:
         return
@@ -60,6 +87,9 @@ def test_one_input(data: bytes) -> None:
         _native.CORE = saved
     if got_c != got_py:
         raise AssertionError(f"compiled {got_c!r} != pure {got_py!r}")
+    fused = _sink_rows(bytes(buf), True)
+    if fused is not None and fused != _sink_rows(bytes(buf), False):
+        raise AssertionError(f"sink appended {fused!r}, not the decoded rows")
 
 
 def main() -> None:

@@ -1,0 +1,51 @@
+"""Arrow arrays shared by the two builders of :mod:`embedlog.arrow.columns` (numpy columns) and
+:mod:`embedlog.arrow.sink` (the compiled core's buffers): the per-partition constants, the
+``timestampType`` column and the ``headers`` column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["constant_column", "headers_array", "types_array"]
+
+Headers = Sequence[tuple[tuple[str, bytes | None], ...]] | None
+
+
+def constant_column(name: str, topic: str, partition: int, n: int) -> pa.Array:
+    """``partition`` (int32) or ``topic`` (string) repeated over ``n`` rows."""
+    if name == "partition":
+        return pa.array(np.full(n, partition, dtype=np.int32), type=pa.int32())
+    if name == "topic":
+        return pa.repeat(pa.scalar(topic, type=pa.string()), n)
+    raise ValueError(f"unknown column {name!r}")
+
+
+def types_array(runs: Sequence[tuple[int, int]], n: int) -> pa.Array:
+    """``timestampType`` (int32) of ``runs`` of ``(rows, type)`` holding ``n`` rows in all."""
+    kinds = {t for _, t in runs}
+    if len(kinds) == 1:  # the usual case: one type for the whole partition
+        return pa.array(np.full(n, kinds.pop(), dtype=np.int32), type=pa.int32())
+    types = np.concatenate([np.full(rows, t, dtype=np.int32) for rows, t in runs])
+    return pa.array(types, type=pa.int32())
+
+
+def headers_array(n: int, heads: Headers, arrow_type: pa.DataType) -> pa.Array:
+    """``list<struct<key, value>>`` of ``n`` records: null for a record without headers, as
+    Spark's Kafka source does (``heads``: None when no record has any)."""
+    if heads is None:
+        return pa.nulls(n, type=arrow_type)
+    lengths = np.fromiter((len(h) if h else 0 for h in heads), dtype=np.int32, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    keys = [k for h in heads if h for k, _ in h]
+    values = [v for h in heads if h for _, v in h]
+    struct_type = arrow_type.value_type
+    items = pa.StructArray.from_arrays(
+        [pa.array(keys, type=pa.string()), pa.array(values, type=pa.binary())],
+        fields=list(struct_type),
+    )
+    mask = pa.array(lengths == 0)
+    return pa.ListArray.from_arrays(pa.array(offsets), items, type=arrow_type, mask=mask)
