@@ -363,6 +363,14 @@ headers_field(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, int64_t *p, const
 static inline int
 fast_varint(const uint8_t *d, int64_t p, int64_t end, int max_bytes, int64_t *val, int64_t *w)
 {
+    if (p + 1 < end && d[p + 1] < 0x80) { /* one or two bytes, the common widths */
+        uint64_t z = d[p];
+        *w = 1;
+        if (z >= 0x80)
+            z = (z & 0x7F) | ((uint64_t)d[p + 1] << 7), *w = 2;
+        *val = unzigzag(z);
+        return 0;
+    }
     uint64_t z = 0;
     int i = 0;
     for (;;) {
@@ -390,7 +398,13 @@ typedef struct {
     int64_t tsd, od, kp, kl, vp, vl;
 } FastRecord;
 
-static inline int
+#if defined(__GNUC__)
+#define HOT_INLINE static inline __attribute__((always_inline))
+#else
+#define HOT_INLINE static inline
+#endif
+
+HOT_INLINE int
 fast_record(const uint8_t *d, int64_t p, int64_t end, const BatchInfo *bi, FastRecord *r)
 {
     int64_t w;
@@ -1320,25 +1334,6 @@ bincol_reserve(BinCol *c, Py_ssize_t have, Py_ssize_t rows, Py_ssize_t bytes)
     return 0;
 }
 
-/* Item `row` (the next one): len < 0 is null (an empty item marked invalid). */
-static inline void
-bincol_put(BinCol *c, Py_ssize_t row, const uint8_t *src, int64_t len)
-{
-    uint8_t *bits = abuf_at(&c->valid) + (row >> 3), bit = (uint8_t)(1u << (row & 7));
-    if (bit == 1)
-        *bits = 0; /* a new byte: no stale bits past the last row */
-    if (len < 0) {
-        *bits &= (uint8_t)~bit;
-        c->nulls++;
-    }
-    else {
-        memcpy(abuf_at(&c->data) + c->data.len, src, (size_t)len);
-        c->data.len += (Py_ssize_t)len;
-        *bits |= bit;
-    }
-    ((int32_t *)abuf_at(&c->off))[row + 1] = (int32_t)c->data.len;
-}
-
 static void
 bincol_settle(BinCol *c, Py_ssize_t rows)
 {
@@ -1377,36 +1372,12 @@ typedef struct {
     int64_t item_bytes; /* key and value bytes of the rows (built or not) */
 } Sink;
 
-/* Everything appended by a failed call is dropped: back to the state saved before it. */
-typedef struct {
-    Py_ssize_t rows, kdata, vdata, knulls, vnulls;
-    int64_t item_bytes;
-} SinkMark;
-
-static SinkMark
-sink_mark(const Sink *s)
-{
-    SinkMark m = {s->rows, s->key.data.len, s->value.data.len, s->key.nulls, s->value.nulls,
-                  s->item_bytes};
-    return m;
-}
-
 /* Validity bits past `rows` cleared (what a dropped row left in the last byte). */
 static void
 bincol_trim(BinCol *c, Py_ssize_t rows)
 {
     if (c->on && (rows & 7))
         abuf_at(&c->valid)[rows >> 3] &= (uint8_t)((1u << (rows & 7)) - 1);
-}
-
-static void
-sink_reset(Sink *s, const SinkMark *m)
-{
-    s->rows = m->rows, s->item_bytes = m->item_bytes;
-    s->key.data.len = m->kdata, s->value.data.len = m->vdata;
-    s->key.nulls = m->knulls, s->value.nulls = m->vnulls;
-    bincol_trim(&s->key, s->rows);
-    bincol_trim(&s->value, s->rows);
 }
 
 /* Room for `rows` more rows with at most `bytes` of keys and of values each. */
@@ -1428,19 +1399,88 @@ sink_settle(Sink *s)
     bincol_settle(&s->value, s->rows);
 }
 
+/* Where the next rows go: raw pointers into the sink's buffers, valid from a reserve until
+ * cursor_close() (no Python code runs in between). Rows written through a cursor that is
+ * dropped rather than closed are not in the sink (sink_trim clears their validity bits). */
+typedef struct {
+    int32_t *off;
+    uint8_t *data, *bits;
+    Py_ssize_t len, nulls;
+    int on;
+} ColCursor;
+
+typedef struct {
+    int64_t *off, *ts;
+    ColCursor col[2]; /* key, value */
+    Py_ssize_t rows;
+    int64_t item_bytes;
+} Cursor;
+
+static void
+cursor_open(Sink *s, Cursor *c)
+{
+    BinCol *cols[2] = {&s->key, &s->value};
+    c->off = (int64_t *)abuf_at(&s->offsets), c->ts = (int64_t *)abuf_at(&s->timestamps);
+    for (int k = 0; k < 2; k++) {
+        ColCursor *cc = &c->col[k];
+        cc->on = cols[k]->on, cc->len = cols[k]->data.len, cc->nulls = cols[k]->nulls;
+        if (cc->on) {
+            cc->off = (int32_t *)abuf_at(&cols[k]->off);
+            cc->data = abuf_at(&cols[k]->data), cc->bits = abuf_at(&cols[k]->valid);
+        }
+    }
+    c->rows = s->rows, c->item_bytes = s->item_bytes;
+}
+
+static void
+cursor_close(Sink *s, const Cursor *c)
+{
+    BinCol *cols[2] = {&s->key, &s->value};
+    for (int k = 0; k < 2; k++)
+        cols[k]->data.len = c->col[k].len, cols[k]->nulls = c->col[k].nulls;
+    s->rows = c->rows, s->item_bytes = c->item_bytes;
+    sink_settle(s);
+}
+
+static void
+sink_trim(Sink *s)
+{
+    bincol_trim(&s->key, s->rows);
+    bincol_trim(&s->value, s->rows);
+}
+
+/* Item `row` (the next one): len < 0 is null (an empty item marked invalid). */
+static inline void
+col_put(ColCursor *c, Py_ssize_t row, const uint8_t *src, int64_t len)
+{
+    uint8_t bit = (uint8_t)(1u << (row & 7)), *at = c->bits + (row >> 3);
+    uint8_t bits = bit == 1 ? 0 : *at; /* a new byte: no stale bits past the last row */
+    if (len < 0) {
+        bits &= (uint8_t)~bit;
+        c->nulls++;
+    }
+    else {
+        memcpy(c->data + c->len, src, (size_t)len);
+        c->len += (Py_ssize_t)len;
+        bits |= bit;
+    }
+    *at = bits;
+    c->off[row + 1] = (int32_t)c->len;
+}
+
 /* One row: its offset, timestamp, key and value (d + kp, kl; d + vp, vl; -1 = null). */
 static inline void
-sink_row(Sink *s, int64_t offset, int64_t timestamp, const uint8_t *d, int64_t kp, int64_t kl,
-         int64_t vp, int64_t vl)
+cursor_row(Cursor *c, int64_t offset, int64_t timestamp, const uint8_t *d, int64_t kp,
+           int64_t kl, int64_t vp, int64_t vl)
 {
-    Py_ssize_t r = s->rows++;
-    ((int64_t *)abuf_at(&s->offsets))[r] = offset;
-    ((int64_t *)abuf_at(&s->timestamps))[r] = timestamp;
-    if (s->key.on)
-        bincol_put(&s->key, r, d + kp, kl);
-    if (s->value.on)
-        bincol_put(&s->value, r, d + vp, vl);
-    s->item_bytes += (kl > 0 ? kl : 0) + (vl > 0 ? vl : 0);
+    Py_ssize_t r = c->rows++;
+    c->off[r] = offset;
+    c->ts[r] = timestamp;
+    if (c->col[0].on)
+        col_put(&c->col[0], r, d + kp, kl);
+    if (c->col[1].on)
+        col_put(&c->col[1], r, d + vp, vl);
+    c->item_bytes += (kl > 0 ? kl : 0) + (vl > 0 ? vl : 0);
 }
 
 /* fast_fields over a whole records section d[0, size) of n records, straight into the sink:
@@ -1449,7 +1489,7 @@ sink_row(Sink *s, int64_t offset, int64_t timestamp, const uint8_t *d, int64_t k
  * batches decode() accepts with the same walk (each record ends where its length says, the
  * last one at the end of the section) and gives the same columns. */
 static int
-sink_fields(Sink *s, const uint8_t *d, int64_t size, int64_t n, const BatchInfo *bi)
+sink_fields(Cursor *c, const uint8_t *d, int64_t size, int64_t n, const BatchInfo *bi)
 {
     int64_t p = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -1459,7 +1499,7 @@ sink_fields(Sink *s, const uint8_t *d, int64_t size, int64_t n, const BatchInfo 
             fast_record(d, p + w, p + w + len, bi, &r) < 0)
             return 0;
         p += w + len;
-        sink_row(s, record_offset(&r, bi), record_timestamp(&r, bi), d, r.kp, r.kl, r.vp, r.vl);
+        cursor_row(c, record_offset(&r, bi), record_timestamp(&r, bi), d, r.kp, r.kl, r.vp, r.vl);
     }
     return p == size;
 }
@@ -1494,17 +1534,18 @@ sink_append(Sink *s, PyObject *args)
         result = PyLong_FromLong(-1);
         goto done;
     }
-    SinkMark mark = sink_mark(s);
     if (sink_reserve(s, (Py_ssize_t)n, (Py_ssize_t)size) < 0)
         goto done;
-    if (sink_fields(s, (const uint8_t *)data.buf + start, size, n, &bi)) {
+    Cursor c;
+    cursor_open(s, &c);
+    if (sink_fields(&c, (const uint8_t *)data.buf + start, size, n, &bi)) {
+        cursor_close(s, &c);
         result = PyLong_FromLongLong(s->item_bytes - before);
     }
     else {
-        sink_reset(s, &mark);
+        sink_trim(s); /* nothing appended */
         result = PyLong_FromLong(-1);
     }
-    sink_settle(s);
 done:
     PyBuffer_Release(&data);
     return result;
@@ -1547,9 +1588,11 @@ sink_extend(Sink *s, PyObject *args)
     }
     if (sink_reserve(s, n, (Py_ssize_t)most) < 0)
         goto done;
+    Cursor c;
+    cursor_open(s, &c);
     for (Py_ssize_t i = 0; i < n; i++)
-        sink_row(s, off[i], ts[i], data.buf, kp[i], kl[i], vp[i], vl[i]);
-    sink_settle(s);
+        cursor_row(&c, off[i], ts[i], data.buf, kp[i], kl[i], vp[i], vl[i]);
+    cursor_close(s, &c);
     result = PyLong_FromLongLong(s->item_bytes - before);
 done:
     for (int k = 0; k < got; k++)
