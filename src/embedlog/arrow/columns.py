@@ -1,15 +1,19 @@
 """Decoded record batches -> ``pyarrow.RecordBatch`` columns, without a Python loop per row.
 
-:class:`ArrowBatcher` collects the ``RecordBatch`` columns of successive Kafka batches of one
-partition and emits Arrow batches of about ``batch_rows`` rows (spark.md: 16-64k rows is the
-fast range; 256k is twice as slow). Columns are built from the decoder's numpy arrays:
-``offset`` and ``timestamp`` are views, ``key``/``value`` one gather each per Arrow batch: with
-the compiled core one C pass copying the items straight out of the decoded batches' buffers
-(``_ccodec.gather``), else over the chunks' buffers joined once (see :class:`_Joined` and
-:func:`_binary`; the reference, giving identical arrays), ``topic``/
-``partition`` constants. Only the columns of the requested schema are built, so a subset schema
-skips the key/value copies.
-``headers`` is the one column built from Python objects, and only for records that have headers.
+:class:`ArrowBatcher` collects the records of successive Kafka batches of one partition and
+emits Arrow batches of about ``batch_rows`` rows (spark.md: 16-64k rows is the fast range; 256k
+is twice as slow) and :data:`MAX_BATCH_BYTES` of keys and values.
+
+With the compiled core the rows go into its Arrow buffers (:mod:`.sink`): a scan that uses
+:meth:`ArrowBatcher.decode` as its decode step has a stored batch wholly in range appended
+there in one C pass, with no decoded columns at all; anything else is decoded and its columns
+appended (:meth:`ArrowBatcher.add`). Without it (the reference, giving identical arrays),
+columns are built from the decoder's numpy arrays (:func:`records_to_batch`): ``offset`` and
+``timestamp`` from views, ``key``/``value`` one gather each per Arrow batch over the chunks'
+buffers joined once (see :class:`_Joined` and :func:`_binary`; ``_ccodec.gather`` when the
+core is there but the sink is not used), ``topic``/``partition`` constants. Only the columns of
+the requested schema are built, so a subset schema skips the key/value copies. ``headers`` is
+the one column built from Python objects, and only for records that have headers.
 """
 
 from __future__ import annotations
