@@ -18,7 +18,7 @@ the one column built from Python objects, and only for records that have headers
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,16 +81,16 @@ class ArrowBatcher:
         return restrict(buf, position, header, offset, stop, wanted)
 
     def take(self, header: fmt.BatchHeader, found: fmt.DecodedRecords | Appended
-             ) -> Iterator[pa.RecordBatch]:
-        """Queue what :meth:`decode` made of the batch ``header``; yield every full Arrow batch
-        now available."""
+             ) -> Iterable[pa.RecordBatch]:
+        """Queue what :meth:`decode` made of the batch ``header``; the full Arrow batches now
+        available."""
         if found is APPENDED:
             if self._rows >= self.batch_rows or self._bytes >= self.max_bytes:
-                yield self._emit()
-            return
+                return (self._emit(),)
+            return ()
         assert isinstance(found, fmt.DecodedRecords)
-        yield from self.add(header.timestamp_type,
-                            record_batch(self.topic, self.partition, header, found))
+        return self.add(header.timestamp_type,
+                        record_batch(self.topic, self.partition, header, found))
 
     def add(self, timestamp_type: int, records: RecordBatch) -> Iterator[pa.RecordBatch]:
         """Queue one Kafka batch's records; yield every full Arrow batch now available."""

@@ -44,7 +44,12 @@ class SinkColumns:
         """Append every record of the stored batch at ``position`` of ``buf`` when its records
         section holds at most ``room`` bytes and the one-pass decode reads it: the key and
         value bytes appended, or -1 (nothing appended) otherwise."""
-        data, start, end = records_section(buf, position, header)
+        end = position + header.size
+        if not header.attributes & fmt.COMPRESSION_MASK and end <= len(buf) \
+                and buf.__class__ is bytes:  # records_section's answer, without the calls
+            data, start = buf, position + fmt.HEADER_SIZE
+        else:
+            data, start, end = records_section(buf, position, header)
         if end - start > room:
             return -1
         n = header.records_count
