@@ -38,6 +38,9 @@ class SinkColumns:
     def __init__(self, sink: Any) -> None:
         self.sink = sink
         self.runs: list[tuple[int, int, Headers]] = []
+        self._constants: dict[str, tuple[int, pa.Array]] = {}
+        """The last ``topic``/``partition`` column built, by name, with its length: batches of
+        the same length share it (Arrow arrays are immutable)."""
 
     def append_stored(self, buf: bytes, position: int, header: fmt.BatchHeader,
                       room: int) -> int:
@@ -88,9 +91,17 @@ class SinkColumns:
                 arrays.append(pa.array(micros, type=pa.int64()).view(arrow_type))
             elif name in built:
                 arrays.append(_binary(rows, built[name]))
+            elif name in ("topic", "partition"):
+                arrays.append(self._constant(name, topic, partition, rows))
             else:
-                arrays.append(_constant(name, runs, topic, partition, rows, arrow_type))
+                arrays.append(_from_runs(name, runs, rows, arrow_type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def _constant(self, name: str, topic: str, partition: int, rows: int) -> pa.Array:
+        known = self._constants.get(name)
+        if known is None or known[0] != rows:
+            known = self._constants[name] = (rows, constant_column(name, topic, partition, rows))
+        return known[1]
 
 
 def make_sink(columns: Sequence[str], max_bytes: int) -> SinkColumns | None:
@@ -114,11 +125,11 @@ def _binary(rows: int, parts: tuple[bytearray, bytearray, bytearray | None, int]
                                  null_count=nulls)
 
 
-def _constant(name: str, runs: list[tuple[int, int, Headers]], topic: str, partition: int,
-              rows: int, arrow_type: pa.DataType) -> pa.Array:
+def _from_runs(name: str, runs: list[tuple[int, int, Headers]], rows: int,
+               arrow_type: pa.DataType) -> pa.Array:
     if name == "timestampType":
         return types_array([(n, t) for n, t, _ in runs], rows)
     if name == "headers":
         parts = [headers_array(n, h, arrow_type) for n, _, h in runs]
         return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
-    return constant_column(name, topic, partition, rows)
+    raise ValueError(f"unknown column {name!r}")
