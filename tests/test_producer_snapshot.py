@@ -4,6 +4,7 @@ from the newest usable snapshot and the batch headers after it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -323,6 +324,7 @@ def _corrupt(path: str, how: str) -> None:
 @pytest.mark.parametrize("how", [*CORRUPTIONS, "not a regular file", "symbolic link"])
 def test_a_corrupt_snapshot_is_passed_over(log_dir: pathlib.Path, how: str,
                                            caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="embedlog")  # other tests may have raised it
     sent = _three_segments(log_dir)
     folder = str(partition_dir(log_dir))
     _corrupt(segment_path(folder, 28, SNAPSHOT_SUFFIX), how)
