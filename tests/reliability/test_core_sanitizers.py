@@ -11,6 +11,7 @@ test fails on a non-zero exit.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -22,7 +23,9 @@ import pytest
 from .workloads import scratch_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCES = {("segment", "_ccodec"), ("compaction", "_ckeymap")}
+# module -> its C sources (the codec is one module built from every file of its folder)
+SOURCES = {("segment", "_ccodec"): ("segment", "_ccodec_src"),
+           ("compaction", "_ckeymap"): ("compaction", "_ckeymap.c")}
 TESTS = [
     "tests/test_keymap_core.py",
     "tests/test_codec_core.py",
@@ -40,19 +43,28 @@ def _runtime(name: str) -> str | None:
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
+def _c_files(folder: str, name: str) -> list[str]:
+    """The C sources of one module: a file, or every .c file of a folder (at least one)."""
+    path = os.path.join(ROOT, "src", "embedlog", folder, name)
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(glob.glob(os.path.join(path, "*.c")))
+    assert files, path
+    return files
+
+
 def build_sanitized(target: str) -> str:
     """Copy of src/embedlog under ``target`` with the compiled parts built under ASan/UBSan;
     returns the codec core's path."""
     pkg = os.path.join(target, "embedlog")
     shutil.copytree(os.path.join(ROOT, "src", "embedlog"), pkg,
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    for folder, name in sorted(SOURCES):
+    for (folder, name), source in sorted(SOURCES.items()):
         out = os.path.join(pkg, folder, name + sysconfig.get_config_var("EXT_SUFFIX"))
         subprocess.run(
             ["gcc", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
              "-fno-omit-frame-pointer", "-g", "-O1", "-shared", "-fPIC",
-             "-I" + sysconfig.get_paths()["include"],
-             os.path.join(ROOT, "src", "embedlog", folder, name + ".c"), "-o", out],
+             "-I" + sysconfig.get_paths()["include"], *_c_files(*source), "-o", out],
             check=True)
     return os.path.join(pkg, "segment", "_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"))
 

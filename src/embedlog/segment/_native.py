@@ -1,6 +1,6 @@
 """Which implementation of the batch codec runs: the compiled core or the pure-Python one.
 
-The compiled core (``embedlog.segment._ccodec``, built from ``_ccodec.c`` when the package is
+The compiled core (``embedlog.segment._ccodec``, built from ``_ccodec_src/*.c`` when the package is
 installed with a C compiler) takes over the hot loops of :mod:`embedlog.segment.decode` and
 :mod:`embedlog.segment.encode` behind their own functions; the pure-Python code is the
 reference and the fallback. It is used when the extension was not built, or when the
@@ -37,7 +37,7 @@ class ArrowSink(Protocol):
 
 
 class Core(Protocol):
-    """The functions of the compiled core (documented in ``_ccodec.c``)."""
+    """The functions of the compiled core (documented in ``_ccodec_src/``)."""
 
     def decode(
         self, data: bytes, n: int, first: int, last: int, base_offset: int,
