@@ -99,7 +99,7 @@ typedef struct {
 } BatchInfo;
 
 /* One varint at p (below end, at most max_bytes; a 5-byte one must fit 32 bits): 0, or -1 for
- * anything read_column would refuse (the fast path then gives way to it). */
+ * anything read_column (decode.c) would refuse (the fast path then gives way to it). */
 static inline int
 fast_varint(const uint8_t *d, int64_t p, int64_t end, int max_bytes, int64_t *val, int64_t *w)
 {

@@ -280,10 +280,11 @@ headers_field(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, int64_t *p, const
     return decode_headers(d, size, m, p, ends, v);
 }
 
-/* decode_fields in one pass per record for the common case: every field well formed and no
- * record with headers. Returns 1 with the columns filled, or 0 when anything differs from that
- * (a damaged record, headers): decode_fields then reads the batch field by field, with its
- * checks and errors. It accepts exactly the batches decode_fields accepts without headers. */
+/* decode_fields in one pass per record (fast_record, ccodec.h) for the common case: every
+ * field well formed and no record with headers. Returns 1 with the columns filled, or 0 when
+ * anything differs from that (a damaged record, headers): decode_fields then reads the batch
+ * field by field, with its checks and errors. It accepts exactly the batches decode_fields
+ * accepts without headers. */
 static int
 fast_fields(const uint8_t *d, Py_ssize_t m, const BatchInfo *bi, const int64_t *rs,
             int64_t *out64, int32_t *out32)

@@ -65,8 +65,9 @@ elc_py_first_not_int64(PyObject *self, PyObject *args)
     Py_ssize_t bad = -1;
     for (Py_ssize_t i = 0; i < n && bad < 0; i++) {
         int overflow = 0;
-        long long v = PyLong_CheckExact(items[i]) ? PyLong_AsLongLongAndOverflow(items[i], &overflow)
-                                                  : -1;
+        long long v = PyLong_CheckExact(items[i])
+                          ? PyLong_AsLongLongAndOverflow(items[i], &overflow)
+                          : -1;
         if (overflow || v < 0)
             bad = i;
         else if (o != NULL)
