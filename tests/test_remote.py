@@ -270,13 +270,16 @@ class _LyingSizes(pafs.FileSystemHandler):  # type: ignore[misc]
     def open_input_stream(self, path: str) -> Any:
         return self.fs.open_input_stream(path)
 
+    def open_input_file(self, path: str) -> Any:
+        return self.fs.open_input_file(path)
+
     def normalize_path(self, path: str) -> str:
         return path
 
-    def _unused(self, *args: Any) -> Any:  # a remote open only lists and reads streams
+    def _unused(self, *args: Any) -> Any:  # a remote open only lists and reads
         raise NotImplementedError
 
-    get_file_info = open_input_file = open_output_stream = open_append_stream = _unused
+    get_file_info = open_output_stream = open_append_stream = _unused
     copy_file = move = create_dir = delete_dir = delete_dir_contents = _unused
     delete_root_dir_contents = delete_file = _unused
 
@@ -294,10 +297,15 @@ def test_a_listing_that_lies_about_a_size_is_refused(written: Path, tmp_path: Pa
     fs = pafs.PyFileSystem(_LyingSizes(delta))
     log = RemoteLog(fs, str(remote), "lying://", cache_dir=cache)
     try:
-        for _ in range(2):  # a failed fetch leaves nothing behind: the next use fails alike
-            with pytest.raises(CorruptionError, match="listing reported"):
+        for _ in range(2):  # every read reaching a lied-about file fails alike
+            with pytest.raises(CorruptionError, match="bytes, not the"):
                 list(log.read("events", 0, 0))
-            assert sorted(os.listdir(os.path.join(log.path, "events-0"))) == []
+        listed = {i.base_name: i.size for i in fs.get_file_info(
+            pafs.FileSelector(str(remote / "events-0")))}
+        cached = {p.name: p.stat() for p in (Path(log.path) / "events-0").iterdir()}
+        assert {n: st.st_size for n, st in cached.items()} == {n: listed[n] for n in cached}
+        assert all(st.st_blocks == 0 for n, st in cached.items()
+                   if n.endswith(".log"))  # nothing written: still wholly sparse
         assert len(list(log.read("out", 0, 0))) > 0  # the other partitions still read
     finally:
         log.close()

@@ -272,10 +272,9 @@ def _local(arg: str) -> Iterator[tuple[str, str]]:
     if not is_uri(arg):
         yield arg, arg
         return
-    with open_remote(arg, read_only=True) as log:
-        for topic in log.topics():
-            for partition in range(log.partition_count(topic)):
-                log.start_offset(topic, partition)  # fetches the partition's files
+    remote = open_remote(arg, read_only=True)
+    with remote as log:
+        remote.fetch_all()  # dump-log reads the cache folder's files as a local folder's
         yield log.path, arg.split("?", 1)[0].rstrip("/")
 
 

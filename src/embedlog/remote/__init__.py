@@ -7,15 +7,16 @@ options such as ``?endpoint_override=...&scheme=http`` -- returns a read-only
 
 * :mod:`.listing` lists the remote folder once, checks every name by :mod:`embedlog.naming`'s
   rules and bounds every size;
-* :mod:`.fetch` copies one file, never more bytes than the listing promised;
-* :mod:`.cache` owns the private cache folder (removed on close);
+* :mod:`.cache` owns the private cache folder (removed on close): files fetched whole or
+  filled by ranged reads, never more bytes than the listing promised;
 * :mod:`.log` is the :class:`RemoteLog`, a read-only ``Log`` opened on the cache.
 
-The root files (``embedlog.json``, checkpoints) are fetched at open; a partition's segment,
-index and manifest files the first time the partition is used (whole files: a partition's
-segments are fetched together, not one by one as reads reach them). pyarrow is the
-``arrow`` extra; without it a URI raises :class:`~embedlog.errors.UsageError`. Writing to a URI
-is refused with a :class:`~embedlog.errors.UsageError` before anything is fetched.
+The root files (``embedlog.json``, checkpoints) are fetched at open; a partition's index and
+manifest files (whole) the first time the partition is used, its ``.log`` files only as reads
+reach them and only the byte ranges they read (ranged reads: a point read or a consumer
+starting near the end of a large partition fetches a few ranges, not the partition). pyarrow
+is the ``arrow`` extra; without it a URI raises :class:`~embedlog.errors.UsageError`. Writing
+to a URI is refused with a :class:`~embedlog.errors.UsageError` before anything is fetched.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from .log import RemoteLog
 
 __all__ = ["is_uri", "open_remote"]
 
@@ -40,7 +41,7 @@ def is_uri(path: object) -> bool:
 
 
 def open_remote(uri: str, *, read_only: bool = False,
-                cache_dir: str | os.PathLike[str] | None = None, adopt: bool = False) -> Log:
+                cache_dir: str | os.PathLike[str] | None = None, adopt: bool = False) -> RemoteLog:
     """Open the remote log folder ``uri`` read-only (see the module docstring)."""
     if not read_only:
         raise UsageError(f"{uri!r} is a remote log: it can only be opened read_only=True "

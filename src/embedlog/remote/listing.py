@@ -15,13 +15,15 @@ Everything else (``__groups/``, ``lost+found/``, producer snapshots, a broker's
 :func:`embedlog._paths.component` before it can become a local path, and each size the listing
 reports is bounded before a byte is fetched: :data:`SMALL_FILE_MAX` for root files and manifests,
 :data:`INDEX_MAX` for index files, :data:`SEGMENT_MAX` (Kafka's ``segment.bytes`` is an int32)
-for ``.log`` files. The copy then checks the size again (:mod:`embedlog.remote.fetch`). The
-root files are fetched at open, a partition folder's files on that partition's first use.
+for ``.log`` files. Every fetch then checks the size again (a whole copy never takes more bytes
+than listed, a ranged read checks the object's size: :mod:`embedlog.tiering.store`). The root
+files are fetched at open, a partition folder's index files on that partition's first use, its
+``.log`` byte ranges as reads reach them (:mod:`embedlog.remote.cache`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 from .. import _paths
@@ -58,11 +60,13 @@ _ROOT_FILES: Final = frozenset((METADATA_FILE, *ROOT_CHECKPOINTS, *KAFKA_MARKERS
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file to fetch: its checked path components below the root and its listed size."""
+    """One file to fetch: its checked path components below the root, its listed size (a
+    tiered log's remote: the manifest's) and, when a remote manifest gives it, its CRC-32."""
 
     names: tuple[str, ...]
     size: int
     limit: int
+    crc: int | None = None
 
 
 @dataclass
@@ -133,8 +137,8 @@ def _limit(names: tuple[str, ...]) -> int | None:
 
 def published(files: list[RemoteFile], manifest: Manifest) -> list[RemoteFile]:
     """The files of a tiered log's partition folder that ``manifest`` publishes, at the size it
-    gives: a segment uploaded but not published yet (or left over after its deletion) is
-    garbage a reader never sees; the manifest itself is left out."""
+    gives, with its CRC-32: a segment uploaded but not published yet (or left over after its
+    deletion) is garbage a reader never sees; the manifest itself is left out."""
     sizes = {(s.base, FILES[key]): file for s in manifest.segments
              for key, file in s.files.items()}
     kept = []
@@ -144,5 +148,5 @@ def published(files: list[RemoteFile], manifest: Manifest) -> list[RemoteFile]:
             continue
         listed = sizes.get((parsed[0], parsed[1]))
         if listed is not None and listed[0] == f.size:
-            kept.append(f)
+            kept.append(replace(f, crc=listed[1]))
     return kept

@@ -30,6 +30,7 @@ from .._closer import close_later
 from .._handles import CACHE
 from ..errors import StorageError
 from ..index import OffsetIndex, TimeIndex
+from . import ondemand
 
 __all__ = ["SegmentFiles", "pinned"]
 
@@ -84,6 +85,8 @@ class SegmentFiles:
             st = self._stat_log()
         self._identity: tuple[int, int] | None = (st.st_dev, st.st_ino) if st else None
         self.size = st.st_size if st is not None else 0
+        # A sparse .log filled on demand (a remote's cache): every pread asks for its bytes.
+        self._filler = None if writable else ondemand.filler_of(self._identity)
         if writable:
             self._done_with_handles()
         elif suffix:
@@ -225,6 +228,8 @@ class SegmentFiles:
             CACHE.unpin(self, self._descriptors())
 
     def pread(self, position: int, length: int) -> bytes:
+        if self._filler is not None:
+            self._filler.ensure(position, length)
         CACHE.pin(self)
         try:
             fd = self._read_fd()

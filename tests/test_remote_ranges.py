@@ -1,0 +1,220 @@
+"""Ranged, lazy reads of a remote log (``embedlog.open(uri, read_only=True)``).
+
+A partition's index files are fetched whole on its first use; its ``.log`` files only as reads
+reach them, and only the byte ranges read (:mod:`embedlog.tiering.ranged_file`). Against
+moto's S3 server and ``file://``: a point read near the end of a multi-segment partition
+fetches a small fraction of its bytes, every read equals the local log's, a remote object of
+another size than listed is a :class:`CorruptionError`, and a batch damaged on the remote is a
+:class:`CorruptBatchError` when a read reaches it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import embedlog
+from embedlog import CorruptBatchError, CorruptionError, TopicPartition
+from s3_endpoint import BUCKET, moto_s3
+
+pafs = pytest.importorskip("pyarrow.fs", reason="reading a remote log needs pyarrow")
+
+TOPIC = "big"
+T0 = 1_700_000_000_000
+PER_BATCH = 20
+BATCHES = 1200  # about 12 MB in segments of 1 MiB
+CONFIG = {"segment.bytes": 1 << 20}
+
+
+def _value(i: int) -> bytes:
+    return b"%08d" % i * 60
+
+
+def _write(path: Path, batches: int, config: dict[str, int]) -> Path:
+    with embedlog.open(path, upkeep=False) as log:
+        log.create_topic(TOPIC, config=config)
+        for b in range(batches):
+            first = b * PER_BATCH
+            log.append_batch(TOPIC, [_value(first + i) for i in range(PER_BATCH)],
+                             keys=[b"k%d" % (first + i) for i in range(PER_BATCH)],
+                             timestamps=[T0 + first + i for i in range(PER_BATCH)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("ranges") / "log", BATCHES, CONFIG)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("ranges") / "small", 60, {"segment.bytes": 64 << 10})
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    with moto_s3() as endpoint:
+        yield endpoint
+
+
+def _log_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in (folder / f"{TOPIC}-0").glob("*.log"))
+
+
+class Fetched:
+    """Bytes the fetch layer (:class:`~embedlog.tiering.store.RemoteStore`) brought in:
+    ``ranges`` by ranged reads (``.log`` files), ``whole`` by whole copies (index and root
+    files)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from embedlog.tiering.store import RemoteStore
+
+        self.ranges = self.whole = 0
+        real_range, real_file = RemoteStore.get_range, RemoteStore.get_file
+
+        def get_range(store: Any, *args: Any) -> Iterator[tuple[int, bytes]]:
+            for position, chunk in real_range(store, *args):
+                self.ranges += len(chunk)
+                yield position, chunk
+
+        def get_file(store: Any, names: Any, local: str, size: int) -> int:
+            crc = real_file(store, names, local, size)
+            self.whole += size
+            return crc
+
+        monkeypatch.setattr(RemoteStore, "get_range", get_range)
+        monkeypatch.setattr(RemoteStore, "get_file", get_file)
+
+
+def _uri(kind: str, folder: Path, request: pytest.FixtureRequest, prefix: str) -> str:
+    """``folder`` served as ``kind``: itself by ``file://``, or copied to moto's S3 (one PUT a
+    file: quicker there than multipart uploads)."""
+    if kind == "file":
+        return folder.resolve().as_uri()
+    boto3 = pytest.importorskip("boto3")
+    endpoint = request.getfixturevalue("s3")
+    client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(folder)}",
+                              Body=path.read_bytes())
+    return (f"s3://{BUCKET}/{prefix}?endpoint_override={endpoint}&scheme=http"
+            "&region=us-east-1")
+
+
+def _replace(kind: str, folder: Path, uri: str, name: str, data: bytes) -> None:
+    """Make the remote object ``<topic>-0/<name>`` hold ``data``."""
+    if kind == "file":
+        (folder / f"{TOPIC}-0" / name).write_bytes(data)
+        return
+    boto3 = pytest.importorskip("boto3")
+    endpoint = uri.split("endpoint_override=")[1].split("&")[0]
+    prefix = uri.split(f"s3://{BUCKET}/")[1].split("?")[0]
+    client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{TOPIC}-0/{name}", Body=data)
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_a_point_read_near_the_end_fetches_a_small_fraction(
+        kind: str, written: Path, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = _uri(kind, written, request, "point")
+    total = _log_bytes(written)
+    assert len(list((written / f"{TOPIC}-0").glob("*.log"))) >= 10
+    fetched = Fetched(monkeypatch)
+    with embedlog.open(written, read_only=True) as local, \
+            embedlog.open(uri, read_only=True) as remote:
+        end = local.end_offset(TOPIC, 0)
+        assert remote.end_offset(TOPIC, 0) == end
+        assert list(remote.read(TOPIC, 0, end - 7, max_records=3)) == list(
+            local.read(TOPIC, 0, end - 7, max_records=3))
+        point = fetched.ranges
+        assert 0 < point < total // 20
+        consumer = remote.consumer()  # a consumer starting near the end
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek(TopicPartition(TOPIC, 0), end - 500)
+        polled = consumer.poll(max_records=1000)
+        consumer.close()
+        assert [r.value for r in polled] == [_value(i) for i in range(end - 500, end)]
+        assert fetched.ranges < total // 10
+        assert remote.offsets_for_times(TOPIC, 0, T0 + end - 100) == end - 100
+        assert fetched.ranges < total // 5  # a lookup by time reads near its entry only
+        assert fetched.whole < total // 10  # the index files are small
+        assert list(remote.read(TOPIC, 0, 0)) == list(local.read(TOPIC, 0, 0))
+        assert fetched.ranges == total  # a full scan fetches each byte once
+
+
+@pytest.fixture(scope="module")
+def remote_log(written: Path) -> Iterator[tuple[embedlog.Log, embedlog.Log]]:
+    with embedlog.open(written, read_only=True) as local, \
+            embedlog.open(written.resolve().as_uri(), read_only=True) as remote:
+        yield local, remote
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.integers(0, BATCHES * PER_BATCH), count=st.integers(1, 3000),
+       bounded=st.booleans())
+def test_reads_equal_the_local_log(remote_log: tuple[embedlog.Log, embedlog.Log], start: int,
+                                   count: int, bounded: bool) -> None:
+    local, remote = remote_log
+    end = start + count if bounded else None
+    assert list(remote.read(TOPIC, 0, start, max_records=count)) == list(
+        local.read(TOPIC, 0, start, max_records=count))
+    assert list(remote.read(TOPIC, 0, start, end_offset=end)) == list(
+        local.read(TOPIC, 0, start, end_offset=end))
+
+
+def _copy(written: Path, tmp_path: Path) -> tuple[Path, str]:
+    folder = tmp_path / "remote"
+    shutil.copytree(written, folder)
+    last = sorted((folder / f"{TOPIC}-0").glob("*.log"))[-3]
+    return folder, last.name
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("delta", [-100, 100])
+def test_an_object_of_another_size_than_listed_is_refused(
+        kind: str, delta: int, small: Path, tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
+    folder, name = _copy(small, tmp_path)
+    uri = _uri(kind, folder, request, f"size{delta}")
+    data = (folder / f"{TOPIC}-0" / name).read_bytes()
+    base = int(name.split(".")[0])
+    with embedlog.open(uri, read_only=True, cache_dir=tmp_path) as remote:
+        end = remote.end_offset(TOPIC, 0)  # listed now: the objects change after the listing
+        _replace(kind, folder, uri, name, data[:delta] if delta < 0 else data + b"\0" * delta)
+        cached = Path(remote.path) / f"{TOPIC}-0" / name
+        with pytest.raises(CorruptionError, match="bytes, not the"):
+            list(remote.read(TOPIC, 0, base + 5, max_records=1))
+        assert cached.stat().st_size == len(data)  # the cache never grows past the listing
+        assert len(list(remote.read(TOPIC, 0, end - 10))) == 10  # other segments still read
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_a_batch_damaged_on_the_remote_is_a_corrupt_batch(
+        kind: str, small: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    folder, name = _copy(small, tmp_path)
+    path = folder / f"{TOPIC}-0" / name
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle] ^= 0xFF  # inside a batch's records: only its CRC tells
+    path.write_bytes(bytes(data))
+    uri = _uri(kind, folder, request, "damaged")
+    base = int(name.split(".")[0])
+    with embedlog.open(uri, read_only=True, cache_dir=tmp_path) as remote:
+        assert len(list(remote.read(TOPIC, 0, base, max_records=5))) == 5  # before the damage
+        with pytest.raises(CorruptBatchError):
+            list(remote.read(TOPIC, 0, base))
+        consumer = remote.consumer()
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek(TopicPartition(TOPIC, 0), base)
+        with pytest.raises(CorruptBatchError):
+            while consumer.poll(max_records=1000):
+                pass
+        consumer.close()
