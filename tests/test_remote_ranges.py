@@ -218,3 +218,34 @@ def test_a_batch_damaged_on_the_remote_is_a_corrupt_batch(
             while consumer.poll(max_records=1000):
                 pass
         consumer.close()
+
+
+def test_a_tiered_remote_is_checked_against_its_manifest_crcs(tmp_path: Path) -> None:
+    """Through a tiered log's remote, the manifest's CRC-32s are checked too: an index file's
+    when it is fetched, a ``.log``'s once it is all there -- so damage outside every batch CRC
+    (a partition leader epoch) is caught as well."""
+    from tiering_helpers import SMALL_SEGMENTS, file_uri, manifest, put_remote, read_remote
+
+    uri = file_uri(tmp_path / "remote")
+    with embedlog.open(tmp_path / "log", upkeep=False, remote_uri=uri) as log:
+        log.create_topic("events", config={**SMALL_SEGMENTS, "local.retention.bytes": 0})
+        for i in range(60):
+            log.append("events", _value(i)[:40])
+        log.upkeep.run_once("tiering")
+    first = manifest(uri)["segments"][0]["base"]
+    name = f"events-0/{first:020d}.log"
+    data = bytearray(read_remote(uri, name) or b"")
+    with embedlog.open(uri, read_only=True) as remote:
+        expected = [r.value for r in remote.read("events", 0, first)]
+    data[12] ^= 0xFF  # the first batch's partition leader epoch: outside its CRC
+    put_remote(uri, name, bytes(data))
+    with embedlog.open(uri, read_only=True) as remote:
+        assert len(expected) > 1
+        for _ in range(2):  # a small segment is fetched whole at once, then checked; refused
+            with pytest.raises(CorruptionError, match="CRC-32"):  # for good
+                list(remote.read("events", 0, first, max_records=1))
+    index = f"events-0/{first:020d}.timeindex"
+    put_remote(uri, index, bytes(len(read_remote(uri, index) or b"")))  # zeros, same size
+    with embedlog.open(uri, read_only=True) as remote, \
+            pytest.raises(CorruptionError, match="CRC-32"):
+        remote.end_offset("events", 0)

@@ -10,6 +10,9 @@ deleted or replaced meanwhile). A segment about to be deleted or replaced is :me
 <SegmentFiles.retire>`: its ``.log`` is opened now and kept outside the budget until its last
 reference goes, so iterators that captured it read the old file to the end.
 
+A ``.log`` registered with :mod:`.ondemand` (a sparse copy of a remote file) is filled through
+its filler before every :meth:`SegmentFiles.pread` (the one place a ``.log`` is read).
+
 Lock order: ``_open_lock`` -> ``HandleCache._lock`` (``release_handles`` runs under the latter
 and takes no lock).
 """

@@ -7,8 +7,9 @@ The driver lists the remote folder once per query (a stream: once per trigger, w
 selected partition's files into a private cache; every executor process does the same for the
 partitions its tasks read, with ``spark.local.dir``'s first folder (or the system's temporary
 folder) as its cache root. Nothing is written to the remote, and nothing assumes the driver's
-disk. A partition is fetched whole (no range reads yet): planning touches only the partitions
-a query selects.
+disk. Of a partition, the index files are fetched whole and the segments by ranged reads of
+the bytes a task reads (:mod:`embedlog.remote.cache`); planning touches only the partitions a
+query selects.
 """
 
 from __future__ import annotations

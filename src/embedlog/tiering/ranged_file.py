@@ -62,6 +62,8 @@ class RangedFile:
         self._last_end = -1
         self._refused: CorruptionError | None = None
         self._closed = False
+        self._whole = size == 0
+        """Every byte is there (and checked, with a CRC): reads need no lock."""
         self.fetched = 0
         """Bytes fetched so far."""
         ondemand.register(self.identity, self)
@@ -79,7 +81,7 @@ class RangedFile:
         """A reader's ``[position, position + length)``: its missing parts fetched, with
         read-ahead."""
         end = min(self.size, position + length)
-        if position >= end:
+        if position >= end or self._whole:
             return
         with self._lock:
             for start, stop in self._gaps(position, end):
@@ -130,14 +132,17 @@ class RangedFile:
             raise StorageError(errno.ESTALE, "a cached remote file was removed or replaced "
                                "before all of it was fetched", self.path)
         try:
-            for position, chunk in self.store.get_range(self.names, self.size, start, end):
+            for position, chunk in self.store.get_range(self.names, self.size, start, end,
+                                                        AHEAD_MAX):
                 _io.pwrite(fd, chunk, position)
                 self.fetched += len(chunk)
         finally:
             _io.close(fd)
         self._add(start, end)
-        if self.crc is not None and self.complete:
-            self._check_crc()
+        if self.complete:
+            if self.crc is not None:
+                self._check_crc()
+            self._whole = True
 
     def _add(self, start: int, end: int) -> None:
         i = bisect.bisect_left(self._ends, start)

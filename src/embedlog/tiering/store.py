@@ -144,11 +144,12 @@ class RemoteStore:
                                   path=target)
         return crc
 
-    def get_range(self, names: tuple[str, ...], size: int, start: int, end: int
-                  ) -> Iterator[tuple[int, bytes]]:
-        """``(position, bytes)`` chunks of ``[start, end)`` of the object ``names``, published
-        at ``size`` bytes (one ranged read: an object store's ranged GET). An object of
-        another size, or one that ends early, is :class:`~embedlog.errors.CorruptionError`."""
+    def get_range(self, names: tuple[str, ...], size: int, start: int, end: int,
+                  chunk: int = CHUNK) -> Iterator[tuple[int, bytes]]:
+        """``(position, bytes)`` chunks (at most ``chunk`` bytes each: an object store's ranged
+        GET each) of ``[start, end)`` of the object ``names``, published at ``size`` bytes. An
+        object of another size, or one that ends early, is
+        :class:`~embedlog.errors.CorruptionError`."""
         target = self.path(names)
         try:
             with self.fs.open_input_file(target) as f:
@@ -157,12 +158,12 @@ class RemoteStore:
                                           "published", path=target)
                 position = start
                 while position < end:
-                    chunk = f.read_at(min(CHUNK, end - position), position)
-                    if not chunk:
+                    got = f.read_at(min(chunk, end - position), position)
+                    if not got:
                         raise CorruptionError("remote object ended early", path=target,
                                               position=position)
-                    yield position, bytes(chunk)
-                    position += len(chunk)
+                    yield position, bytes(got)
+                    position += len(got)
         except OSError as exc:
             raise _remote_error(exc, "get", target) from exc
 
