@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,60 @@ def test_a_tiered_remote_is_checked_against_its_manifest_crcs(tmp_path: Path) ->
     with embedlog.open(uri, read_only=True) as remote, \
             pytest.raises(CorruptionError, match="CRC-32"):
         remote.end_offset("events", 0)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(size=st.integers(0, 2 << 20), reads=st.lists(
+    st.tuples(st.floats(0, 1), st.integers(1, 600 << 10)), max_size=10))
+def test_a_ranged_file_fetches_each_byte_once_and_only_the_remote_s(
+        tmp_path: Path, size: int, reads: list[tuple[float, int]]) -> None:
+    """:class:`RangedFile`: after ``ensure`` the range holds the remote's bytes; nothing is
+    fetched twice or outside the file; once whole, the file equals the object."""
+    from embedlog.tiering.ranged_file import RangedFile
+    from embedlog.tiering.store import RemoteStore
+
+    folder = Path(tmp_path) / f"r{size}-{len(reads)}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    data = (bytes(range(251)) * (size // 251 + 1))[:size]
+    (folder / "obj").write_bytes(data)
+    store = RemoteStore(pafs.LocalFileSystem(), str(folder), folder.as_uri())
+    fetched: list[tuple[int, int]] = []
+    real = store.get_range
+
+    def spy(*args: Any) -> Iterator[tuple[int, bytes]]:
+        for position, chunk in real(*args):
+            fetched.append((position, position + len(chunk)))
+            yield position, chunk
+
+    store.get_range = spy  # type: ignore[method-assign]
+    ranged = RangedFile(store, ("obj",), str(folder / "local"), size)
+    try:
+        for share, length in reads:
+            position = int(share * size)
+            ranged.ensure(position, length)
+            got = (folder / "local").read_bytes()
+            assert got[position:position + length] == data[position:position + length]
+        spans = sorted(fetched)
+        assert all(a < b <= size for a, b in spans)
+        assert all(b <= c for (_, b), (c, _) in pairwise(spans))  # never twice
+        ranged.fill(0, size)
+        assert (folder / "local").read_bytes() == data and ranged.complete
+    finally:
+        ranged.close()
+
+
+def test_threads_reading_one_remote_partition_agree_with_the_local_log(written: Path) -> None:
+    """Reads in several threads fill the same ranged files at once (each file's fills are
+    serialised) and every one returns the local log's records."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    starts = [(i * 7919) % (BATCHES * PER_BATCH) for i in range(24)]
+    with embedlog.open(written, read_only=True) as local, \
+            embedlog.open(written.resolve().as_uri(), read_only=True) as remote:
+        expected = [list(local.read(TOPIC, 0, s, max_records=700)) for s in starts]
+        with ThreadPoolExecutor(6) as pool:
+            got = list(pool.map(lambda s: list(remote.read(TOPIC, 0, s, max_records=700)),
+                                starts))
+    assert got == expected

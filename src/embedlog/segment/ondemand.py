@@ -14,7 +14,6 @@ reused by another file never finds a filler.
 
 from __future__ import annotations
 
-import threading
 from typing import Protocol
 
 __all__ = ["Filler", "filler_of", "forget", "register"]
@@ -27,25 +26,21 @@ class Filler(Protocol):
         """Make ``[position, position + length)`` (clamped to the file) present, or raise."""
 
 
-_lock = threading.Lock()
 _fillers: dict[tuple[int, int], Filler] = {}
+"""Registered files. No lock: one dict operation each (atomic under the GIL), so a ``fork()``
+child never inherits a lock held by another thread."""
 
 
 def register(identity: tuple[int, int], filler: Filler) -> None:
     """Reads of the file ``identity`` (``(st_dev, st_ino)``) go through ``filler``."""
-    with _lock:
-        _fillers[identity] = filler
+    _fillers[identity] = filler
 
 
 def forget(identity: tuple[int, int]) -> None:
     """The file ``identity`` is about to go: no filler for it any more."""
-    with _lock:
-        _fillers.pop(identity, None)
+    _fillers.pop(identity, None)
 
 
 def filler_of(identity: tuple[int, int] | None) -> Filler | None:
     """The filler of the file ``identity``, None for an ordinary file."""
-    if identity is None:
-        return None
-    with _lock:
-        return _fillers.get(identity)
+    return None if identity is None else _fillers.get(identity)

@@ -64,8 +64,6 @@ class RangedFile:
         self._closed = False
         self._whole = size == 0
         """Every byte is there (and checked, with a CRC): reads need no lock."""
-        self.fetched = 0
-        """Bytes fetched so far."""
         ondemand.register(self.identity, self)
 
     @property
@@ -135,7 +133,6 @@ class RangedFile:
             for position, chunk in self.store.get_range(self.names, self.size, start, end,
                                                         AHEAD_MAX):
                 _io.pwrite(fd, chunk, position)
-                self.fetched += len(chunk)
         finally:
             _io.close(fd)
         self._add(start, end)
