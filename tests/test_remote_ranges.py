@@ -307,3 +307,37 @@ def test_threads_reading_one_remote_partition_agree_with_the_local_log(written: 
             got = list(pool.map(lambda s: list(remote.read(TOPIC, 0, s, max_records=700)),
                                 starts))
     assert got == expected
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork()")
+def test_a_fork_child_neither_reads_the_remote_nor_removes_the_cache(written: Path) -> None:
+    import os
+
+    from embedlog import InheritedLogError
+
+    with embedlog.open(written, read_only=True) as local:
+        expected = list(local.read(TOPIC, 0, 0))
+    remote = embedlog.open(written.resolve().as_uri(), read_only=True)
+    cache = remote.path
+    it = remote.read(TOPIC, 0, 0)
+    first = next(it)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            for call in (lambda: remote.read(TOPIC, 0, 0), lambda: list(it)):
+                try:
+                    call()
+                    code = 2
+                    break
+                except InheritedLogError:
+                    code = 0
+            remote.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.path.isdir(cache)  # the child's close left the parent's cache alone
+    assert [first, *it] == expected
+    remote.close()
+    assert not os.path.exists(cache)

@@ -16,7 +16,9 @@ so a remote that lies about a size or tears a read cannot make a read go out of 
 out short data. With a known CRC-32 (tiered storage) the whole file is checked once it is all
 there; without one (a plain remote folder) each batch's own CRC, checked by every read, is the
 integrity check. A file that failed its CRC stays refused. Only the file this object created
-(the same ``(st_dev, st_ino)``) is ever written.
+(the same ``(st_dev, st_ino)``) is ever written, and only by the process that created it: in a
+``fork()`` child a read of bytes not fetched yet raises
+:class:`~embedlog.errors.InheritedLogError` (what is there reads on).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import threading
 import zlib
 from typing import Final
 
-from .. import _io
+from .. import _fork, _io
 from ..errors import CorruptionError, StorageError
 from ..segment import ondemand
 from .store import CHUNK, RemoteStore
@@ -63,8 +65,15 @@ class RangedFile:
         self._refused: CorruptionError | None = None
         self._closed = False
         self._whole = size == 0
+        self._owner = os.getpid()
+        self._inherited = False
         """Every byte is there (and checked, with a CRC): reads need no lock."""
         ondemand.register(self.identity, self)
+        _fork.track(self)
+
+    def _on_fork_child(self) -> None:
+        self._inherited = True
+        self._lock = threading.Lock()  # another thread of the parent may have held it
 
     @property
     def complete(self) -> bool:
@@ -100,9 +109,12 @@ class RangedFile:
                 self._fetch(lo, hi)
 
     def _gaps(self, start: int, end: int) -> list[tuple[int, int]]:
-        """The parts of ``[start, end)`` not filled yet (raises for a refused file)."""
+        """The parts of ``[start, end)`` not filled yet (raises for a refused file, and in a
+        ``fork()`` child for any part missing)."""
         if self._refused is not None:
             raise self._refused
+        if self._inherited and not self._whole:
+            raise _fork.inherited_error(self.path, self._owner)
         gaps = []
         i = max(0, bisect.bisect_right(self._starts, start) - 1)
         while start < end and i < len(self._starts):
