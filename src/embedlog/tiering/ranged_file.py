@@ -37,7 +37,7 @@ from .store import CHUNK, RemoteStore
 
 __all__ = ["AHEAD_MAX", "AHEAD_MIN", "RangedFile"]
 
-AHEAD_MIN: Final = 256 << 10
+AHEAD_MIN: Final = 64 << 10
 """Smallest ranged read for a reader's miss (a point read fetches about this much)."""
 AHEAD_MAX: Final = 16 << 20
 """Largest ranged read a forward walk grows to."""
