@@ -1,12 +1,13 @@
 """Reading a log through its URI (``embedlog.open(uri, read_only=True)``): what a point read,
 a tail read and a full scan fetch and how long they take, from a cold cache.
 
-    python benches/bench_remote.py [--mib 64] [--segment-mib 8] [--s3]
+    python benches/bench_remote.py [--mib 64] [--segment-mib 8] [--record-bytes 1000]
+                                   [--batch 1000] [--s3]
 
-A log of ``--mib`` MiB of 1 KiB records in one partition (``segment.bytes`` =
-``--segment-mib``) is served by ``file://`` (the folder itself) and with ``--s3`` by moto's S3
-server on 127.0.0.1 (``moto[server]`` and ``boto3``; one PutObject a file). Each row opens the
-URI afresh (a cold private cache), then:
+A log of ``--mib`` MiB of records (``--record-bytes`` values, ``--batch`` a batch) in one
+partition (``segment.bytes`` = ``--segment-mib``) is served by ``file://`` (the folder itself)
+and with ``--s3`` by moto's S3 server on 127.0.0.1 (``moto[server]`` and ``boto3``; one
+PutObject a file). Each row opens the URI afresh (a cold private cache), then:
 
   point   one record near the end (``read(..., end - 10, max_records=1)``)
   tail    a consumer from ``end - 1000`` polling to the end
@@ -30,14 +31,13 @@ from pathlib import Path
 
 import embedlog
 
-VALUE = b"x" * 1000
 
-
-def _write(path: Path, mib: int, segment_mib: int) -> int:
+def _write(path: Path, mib: int, segment_mib: int, record_bytes: int = 1000,
+           per_batch: int = 1000) -> int:
     with embedlog.open(path, upkeep=False) as log:
         log.create_topic("t", config={"segment.bytes": segment_mib << 20})
-        batch = [VALUE] * 1000
-        for _ in range(mib):
+        batch = [b"x" * record_bytes] * per_batch
+        for _ in range((mib << 20) // (record_bytes * per_batch)):
             log.append_batch("t", batch, partition=0)
         return log.end_offset("t", 0)
 
@@ -99,7 +99,8 @@ def _upload(endpoint: str, folder: Path, prefix: str) -> str:
 
 def _options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for flag, default in (("--mib", 64), ("--segment-mib", 8)):
+    for flag, default in (("--mib", 64), ("--segment-mib", 8), ("--record-bytes", 1000),
+                          ("--batch", 1000)):
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--s3", action="store_true", help="also moto's S3 server")
     return parser.parse_args()
@@ -110,7 +111,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="embedlog-bench-remote-"))
     try:
         folder = root / "log"
-        end = _write(folder, args.mib, args.segment_mib)
+        end = _write(folder, args.mib, args.segment_mib, args.record_bytes, args.batch)
         log_bytes = sum(p.stat().st_size for p in (folder / "t-0").glob("*.log"))
         (root / "cache").mkdir()
         print(f"{'remote':6} {'row':6} {'fetched MiB':>10} {'share':>7} {'s':>8}")
