@@ -341,3 +341,32 @@ def test_a_fork_child_neither_reads_the_remote_nor_removes_the_cache(written: Pa
     assert [first, *it] == expected
     remote.close()
     assert not os.path.exists(cache)
+
+
+def test_a_closed_or_replaced_ranged_file_is_never_written(tmp_path: Path) -> None:
+    """Bytes already there read on; a hole reached after :meth:`RangedFile.close`, or after its
+    name came to hold another file, is ``StorageError(ESTALE)`` and the other file is left
+    alone."""
+    import errno
+
+    from embedlog import StorageError
+    from embedlog.tiering.ranged_file import RangedFile
+    from embedlog.tiering.store import RemoteStore
+
+    (tmp_path / "obj").write_bytes(bytes(range(256)) * 1024)
+    store = RemoteStore(pafs.LocalFileSystem(), str(tmp_path), tmp_path.as_uri())
+    for replaced in (False, True):
+        local = tmp_path / f"local-{replaced}"
+        ranged = RangedFile(store, ("obj",), str(local), 256 * 1024)
+        ranged.fill(0, 1024)
+        if replaced:
+            local.unlink()
+            local.write_bytes(b"other")
+        else:
+            ranged.close()
+        ranged.ensure(0, 1024)  # there: no fetch
+        with pytest.raises(StorageError) as caught:
+            ranged.ensure(4096, 10)
+        assert caught.value.errno == errno.ESTALE
+        assert replaced is False or local.read_bytes() == b"other"
+        ranged.close()

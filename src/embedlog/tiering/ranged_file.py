@@ -16,14 +16,15 @@ so a remote that lies about a size or tears a read cannot make a read go out of 
 out short data. With a known CRC-32 (tiered storage) the whole file is checked once it is all
 there; without one (a plain remote folder) each batch's own CRC, checked by every read, is the
 integrity check. A file that failed its CRC stays refused. Only the file this object created
-(the same ``(st_dev, st_ino)``) is ever written, and only by the process that created it: in a
-``fork()`` child a read of bytes not fetched yet raises
+(the same ``(st_dev, st_ino)``, still at its size) is ever written, and only by the process
+that created it: in a ``fork()`` child a read of bytes not fetched yet raises
 :class:`~embedlog.errors.InheritedLogError` (what is there reads on).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import os
 import threading
@@ -65,9 +66,9 @@ class RangedFile:
         self._refused: CorruptionError | None = None
         self._closed = False
         self._whole = size == 0
+        """Every byte is there (and checked, with a CRC): reads need no lock."""
         self._owner = os.getpid()
         self._inherited = False
-        """Every byte is there (and checked, with a CRC): reads need no lock."""
         ondemand.register(self.identity, self)
         _fork.track(self)
 
@@ -129,18 +130,22 @@ class RangedFile:
             gaps.append((start, end))
         return gaps
 
+    def _open(self) -> int:
+        """This object's file, opened to write; ``StorageError(ESTALE)`` once it was closed,
+        removed or replaced."""
+        fd = -1
+        if not self._closed:
+            with contextlib.suppress(FileNotFoundError):
+                fd = _io.open_regular(self.path, os.O_WRONLY)
+        if fd >= 0 and _identity(fd) == (*self.identity, self.size):
+            return fd
+        if fd >= 0:
+            _io.close(fd)
+        raise StorageError(errno.ESTALE, "a cached remote file was removed or replaced before "
+                           "all of it was fetched", self.path)
+
     def _fetch(self, start: int, end: int) -> None:
-        try:
-            if self._closed:
-                raise FileNotFoundError
-            fd = _io.open_regular(self.path, os.O_WRONLY)
-        except FileNotFoundError:
-            fd = -1
-        if fd < 0 or _identity(fd) != self.identity:
-            if fd >= 0:
-                _io.close(fd)
-            raise StorageError(errno.ESTALE, "a cached remote file was removed or replaced "
-                               "before all of it was fetched", self.path)
+        fd = self._open()
         try:
             for position, chunk in self.store.get_range(self.names, self.size, start, end,
                                                         AHEAD_MAX):
@@ -181,6 +186,6 @@ class RangedFile:
         ondemand.forget(self.identity)
 
 
-def _identity(fd: int) -> tuple[int, int]:
+def _identity(fd: int) -> tuple[int, int, int]:
     st = os.fstat(fd)
-    return st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino, st.st_size
