@@ -89,7 +89,8 @@ class SegmentFiles:
         self._identity: tuple[int, int] | None = (st.st_dev, st.st_ino) if st else None
         self.size = st.st_size if st is not None else 0
         # A sparse .log filled on demand (a remote's cache): every pread asks for its bytes.
-        self._filler = None if writable else ondemand.filler_of(self._identity)
+        self._filler = None if writable or st is None else ondemand.filler_of(
+            (st.st_dev, st.st_ino, st.st_size))
         if writable:
             self._done_with_handles()
         elif suffix:

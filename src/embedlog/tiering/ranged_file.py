@@ -57,7 +57,7 @@ class RangedFile:
             st = os.fstat(fd)
         finally:
             _io.close(fd)
-        self.identity = (st.st_dev, st.st_ino)
+        self.identity = (st.st_dev, st.st_ino, size)
         self._lock = threading.Lock()
         self._starts: list[int] = []
         self._ends: list[int] = []
@@ -137,7 +137,7 @@ class RangedFile:
         if not self._closed:
             with contextlib.suppress(FileNotFoundError):
                 fd = _io.open_regular(self.path, os.O_WRONLY)
-        if fd >= 0 and _identity(fd) == (*self.identity, self.size):
+        if fd >= 0 and _identity(fd) == self.identity:
             return fd
         if fd >= 0:
             _io.close(fd)
