@@ -2,7 +2,7 @@
 
 Each target in ``fuzz_targets/`` runs in its own subprocess under libFuzzer limits
 (``-rss_limit_mb``, ``-malloc_limit_mb``, ``-timeout``), all targets at once, for
-``EMBEDLOG_FUZZ_SECONDS`` (default 60) each, seeded with valid inputs built here. A target fails
+``EMBEDLOG_FUZZ_SECONDS`` (default 45) each, seeded with valid inputs built here. A target fails
 on any exception other than embedlog's own, a wrong answer it checks, an out-of-memory or a
 timeout.
 
@@ -36,7 +36,7 @@ atheris = pytest.importorskip("atheris")
 TARGETS = ("batch", "core", "varint", "index", "metadata", "codecs")
 if _native.CORE is None:  # the core target exits at once without the compiled core
     TARGETS = tuple(t for t in TARGETS if t != "core")
-SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "60"))
+SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "45"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
