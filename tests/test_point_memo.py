@@ -47,6 +47,15 @@ def _fill(log: embedlog.Log, rng: random.Random, batches: int) -> None:
             p.close()
 
 
+def _written(folder: pathlib.Path, *batches: list[bytes]) -> pathlib.Path:
+    """A log at ``folder`` whose topic ``t`` holds ``batches`` (one append each)."""
+    with embedlog.open(folder) as log:
+        log.create_topic("t")
+        for values in batches:
+            log.append_batch("t", values, partition=0)
+    return folder
+
+
 def _whole(log: embedlog.Log, end: int) -> dict[int, embedlog.Record]:
     return {r.offset: r for r in log.read("t", 0, 0, end_offset=end)}
 
@@ -75,10 +84,7 @@ def test_point_reads_equal_whole_reads_before_and_after_the_batch_is_remembered(
 
 def test_a_remembered_batch_is_read_with_one_small_pread(tmp_path: pathlib.Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = tmp_path / "log"
-    with embedlog.open(folder) as log:
-        log.create_topic("t")
-        log.append_batch("t", [b"%05d" % i * 20 for i in range(500)], partition=0)
+    folder = _written(tmp_path / "log", [b"%05d" % i * 20 for i in range(500)])
     from embedlog.segment.files import SegmentFiles
     reads: list[int] = []
     real = SegmentFiles.pread
@@ -123,11 +129,8 @@ def test_an_entry_is_not_used_once_the_file_changed(tmp_path: pathlib.Path) -> N
 
 def test_the_memo_is_bounded(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(point_memo, "MEMO_RECORDS", 100)
-    folder = tmp_path / "log"
-    with embedlog.open(folder) as log:
-        log.create_topic("t")
-        for b in range(10):
-            log.append_batch("t", [b"%d-%d" % (b, i) for i in range(40)], partition=0)
+    folder = _written(tmp_path / "log", *([b"%d-%d" % (b, i) for i in range(40)]
+                                          for b in range(10)))
     with embedlog.open(folder, read_only=True) as view:
         for o in range(0, 400, 40):
             assert next(view.read("t", 0, o + 1, max_records=1)).value == b"%d-1" % (o // 40)
@@ -179,10 +182,7 @@ def test_the_writers_active_segment_is_not_remembered(tmp_path: pathlib.Path) ->
 
 
 def test_a_fork_child_starts_with_an_empty_memo_and_a_free_lock(tmp_path: pathlib.Path) -> None:
-    folder = tmp_path / "log"
-    with embedlog.open(folder) as log:
-        log.create_topic("t")
-        log.append_batch("t", [b"v%d" % i for i in range(50)], partition=0)
+    folder = _written(tmp_path / "log", [b"v%d" % i for i in range(50)])
     with embedlog.open(folder, read_only=True) as view:
         assert next(view.read("t", 0, 7, max_records=1)).value == b"v7"
     assert point_memo._table
@@ -197,3 +197,28 @@ def test_a_fork_child_starts_with_an_empty_memo_and_a_free_lock(tmp_path: pathli
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_segment_with_nothing_remembered_takes_no_file_identity(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point reads of batches that cannot be remembered (compressed) cost the memo nothing:
+    no fstat for the file identity, no lookup."""
+    folder = tmp_path / "log"
+    with embedlog.open(folder) as log:
+        log.create_topic("t")
+        for b in range(3):
+            log.append_batch("t", [b"%d-%d" % (b, i) for i in range(40)], partition=0,
+                             compression="zstd")
+    from embedlog.segment.segment import Segment
+    taken: list[int] = []
+    real = Segment.read_identity
+
+    def spy(self: Segment) -> point_memo.Key | None:
+        taken.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Segment, "read_identity", spy)
+    with embedlog.open(folder, read_only=True) as view:
+        for o in (5, 45, 85, 5):
+            assert next(view.read("t", 0, o, max_records=1)).value == b"%d-%d" % (o // 40, o % 40)
+    assert taken == [] and not point_memo._table

@@ -59,9 +59,9 @@ def scan(
         if offset >= stop:
             return
         # A point read (restricting as every read does) uses and fills the point-read memo.
-        memo = None if wanted is None or decode is not restrict else seg.read_identity()
-        if memo is not None and wanted is not None:
-            hit = seg.remembered_run(memo, offset, stop, wanted)
+        memo = wanted is not None and decode is restrict
+        if memo and wanted is not None:
+            hit = seg.remembered_run(offset, stop, wanted)
             if hit is not None and not _past(seg, hit[0], ceiling, stop, current_end) and (
                     len(hit[1]) == wanted or hit[0].last_offset + 1 >= stop):
                 yield cast("tuple[fmt.BatchHeader, R]", hit)  # decode is restrict
@@ -70,16 +70,20 @@ def scan(
         if found_at is None:
             continue
         position, head = found_at
+        # The file's identity is taken before its batch is read, and only for a batch that
+        # can be remembered (its header, read by find_batch, says so).
+        ident = seg.read_identity() if memo and point_memo.eligible(
+            fmt.parse_header(head, 0)) else None
         for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc,
                                           exact_first=wanted is not None, head=head):
-            ident, memo = memo, None  # only the first batch's file position is known
+            at, ident = ident, None  # only the first batch's file position is known
             if _past(seg, header, ceiling, stop, current_end):
                 return
             if (header.last_offset < offset or (header.is_control and not control)
                     or not header.records_count):
                 continue
-            if ident is not None and point_memo.eligible(header):  # decode is restrict
-                found = cast(R, _remember(ident, position, buf, p, header, offset, stop, wanted))
+            if at is not None and point_memo.eligible(header):  # decode is restrict
+                found = cast(R, _remember(at, position, buf, p, header, offset, stop, wanted))
             else:
                 found = decode(buf, p, header, offset, stop, wanted)
             if len(found):

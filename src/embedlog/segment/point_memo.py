@@ -6,7 +6,9 @@ max_records=1)``) reads and walks its whole batch: about 125 KB for 1,000 record
 first point read of a batch decodes all of it (its CRC checked as every read checks it) and
 remembers, here, the batch's header and where each of its records ends; a later point read of
 that batch reads only the bytes of the records it wants (one ``pread``) and decodes those
-(:func:`embedlog.segment.decode.decode_run`, with the checks of the whole-batch decode).
+(:func:`embedlog.segment.decode.decode_run`, with the checks of the whole-batch decode). A
+point read of a segment with nothing remembered (:func:`holds`) and of a batch that cannot be
+remembered costs nothing more than before: no file identity is taken, nothing is looked up.
 
 Entries are keyed by ``(owner, file identity, position)``: ``owner`` is a number never reused
 in the process, one per open :class:`~embedlog.segment.segment.Segment` (:func:`new_owner`), so
@@ -45,8 +47,8 @@ from .crc_memo import Identity
 from .decode import DecodedRecords
 from .header import HEADER_SIZE, BatchHeader
 
-__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "clear", "eligible", "get", "new_owner",
-           "remember"]
+__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "clear", "eligible", "get", "holds",
+           "new_owner", "remember"]
 
 MEMO_RECORDS: Final = 4 << 20
 """Records whose ends the process remembers at most (4 bytes each: 16 MiB)."""
@@ -75,6 +77,7 @@ _lock = threading.Lock()
 _table: OrderedDict[tuple[Key, int], Entry] = OrderedDict()
 _held = [0]  # records remembered
 _owners = itertools.count()
+_per_owner: dict[int, int] = {}  # entries held per owner (absent: none)
 
 
 def new_owner() -> int:
@@ -106,10 +109,20 @@ def remember(identity: Key, position: int, header: BatchHeader,
         if key in _table:
             return
         while _table and _held[0] + n > MEMO_RECORDS:
-            _, old = _table.popitem(last=False)
+            ((owner, _), _), old = _table.popitem(last=False)
             _held[0] -= len(old.ends)
+            _per_owner[owner] -= 1
+            if not _per_owner[owner]:
+                del _per_owner[owner]
         _table[key] = Entry(header, ends)
         _held[0] += n
+        _per_owner[identity[0]] = _per_owner.get(identity[0], 0) + 1
+
+
+def holds(owner: int) -> bool:
+    """Whether any batch of the segment object ``owner`` is remembered (a point read of a
+    segment with none goes straight to its batch: no identity, no lookup)."""
+    return owner in _per_owner
 
 
 def get(identity: Key, position: int) -> Entry | None:
@@ -126,15 +139,19 @@ def get(identity: Key, position: int) -> Entry | None:
 def clear() -> None:
     """Forget every entry."""
     with _lock:
-        _table.clear()
-        _held[0] = 0
+        _forget_all()
+
+
+def _forget_all() -> None:
+    _table.clear()
+    _per_owner.clear()
+    _held[0] = 0
 
 
 def _in_child() -> None:
     global _lock
     _lock = threading.Lock()
-    _table.clear()
-    _held[0] = 0
+    _forget_all()
 
 
 if hasattr(os, "register_at_fork"):

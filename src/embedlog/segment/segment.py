@@ -241,11 +241,17 @@ class Segment(SegmentRecovery):
         return None if identity is None else (self._point_owner, identity)
 
     @pinned
-    def remembered_run(self, identity: point_memo.Key, offset: int, stop: int, wanted: int
+    def remembered_run(self, offset: int, stop: int, wanted: int
                        ) -> tuple[fmt.BatchHeader, fmt.DecodedRecords] | None:
         """Up to ``wanted`` records from ``offset`` (below ``stop``) of a batch whose record
-        ends :mod:`.point_memo` holds for ``identity``, read with one ``pread`` of their
-        bytes; None when no such batch is remembered (the caller reads the batch whole)."""
+        ends :mod:`.point_memo` holds for this segment file as it is now, read with one
+        ``pread`` of their bytes; None when no such batch is remembered (the caller reads the
+        batch whole). A segment with nothing remembered costs one set lookup."""
+        if not point_memo.holds(self._point_owner):
+            return None
+        identity = self.read_identity()
+        if identity is None:
+            return None
         position = self._indexed_position(offset)
         entry = point_memo.get(identity, position)
         while entry is not None and entry.header.last_offset < offset:
