@@ -16,11 +16,18 @@ opened, and anything else that writes to the partition (``Log.append``, another 
 records. Offsets handed out can therefore never be given to anyone else, and no lock is held
 between two ``send()`` calls.
 
+**The lane.** A plain record (an explicit partition whose batch is open, bytes key and value,
+no headers, no serializers, ``durability="none"``) is one call into the batch's lane
+(:mod:`embedlog.producer_lane`; compiled unless ``EMBEDLOG_PURE=1``): it checks the record,
+appends it to the batch's lists and returns its metadata, or declines without appending. The
+first record of a batch, the one that fills it, and every other record take the Python path,
+which makes every check and raises every error; both store the same records and bytes.
+
 An open batch is written by the one batch writer (:func:`~embedlog.batch_writer.write_records`:
 the topic's codec, timestamp type and size rules) when it reaches ``batch_size`` bytes or
 ``max_batch_records`` records, when ``linger_ms`` has passed since its first record (a
-background thread), on :meth:`Producer.flush` / :meth:`Producer.close`, or when anything else
-touches the partition.
+background thread, :mod:`embedlog.producer_linger`), on :meth:`Producer.flush` /
+:meth:`Producer.close`, or when anything else touches the partition.
 
 **Trade-off.** The alternatives were writing every record at once (a batch per record: exact
 but several times slower) or filling in offsets when the batch is written (futures, which the
