@@ -12,7 +12,8 @@ else :class:`PyLane`; ``EMBEDLOG_PURE=1`` picks the pure one; both behave the sa
 * ``arm(limit, last, max_record, log_append, append_time)`` -- the batch opened with these
   limits (bytes at which it is full, index of its last record, largest record, the topic's
   LogAppendTime stamp): ``add`` may append.
-* ``disarm()`` -- ``add`` appends nothing (the batch is being written, or has headers).
+* ``disarm()`` -- ``add`` appends nothing (the batch is being written, or has headers); the
+  slow path may call it holding the batch's lock.
 * ``add(topic, value, key, timestamp)`` -- while armed, for bytes ``value`` and ``key`` (exact
   types) and an int ``timestamp`` in ``[0, 2**63)``, a record whose estimated size
   (``overhead + len(value) + len(key)``) is at most ``max_record`` and leaves the batch below
@@ -25,9 +26,10 @@ else :class:`PyLane`; ``EMBEDLOG_PURE=1`` picks the pure one; both behave the sa
 * ``size`` -- the estimated bytes of the batch (header included).
 
 Every method is atomic for the other threads (the compiled one runs without releasing the
-interpreter lock and calls no Python code; the pure one takes a lock), so the three columns
-always have the same length, and an ``add`` either lands before the writer's ``disarm`` (and is
-written with the batch) or returns ``None``.
+interpreter lock and calls no Python code; the pure one takes the batch's lock, which the
+caller of ``push`` already holds), so the three columns always have the same length, and an
+``add`` either lands before the writer takes the columns (and is written with the batch) or
+returns ``None``.
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ class PyLane:
                  "_log_append", "_max_record", "_meta", "_overhead", "_size", "_timestamps",
                  "_values", "index")
 
-    def __init__(self, meta: type[tuple[Any, ...]], index: int, overhead: int) -> None:
+    def __init__(self, meta: type[tuple[Any, ...]], index: int, overhead: int,
+                 lock: threading.Lock | None = None) -> None:
+        """``lock``: the batch's lock (``push`` is called holding it); default: a new one."""
         if not (isinstance(meta, type) and issubclass(meta, tuple)):
             raise TypeError("meta must be a tuple subclass")
         if index.__class__ is not int:
@@ -90,7 +94,7 @@ class PyLane:
         self._meta = meta
         self.index = index
         self._overhead = overhead
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if lock is None else lock
         self._values: list[bytes | None] | None = None
         self._keys: list[bytes | None] = []
         self._timestamps: list[int] = []
@@ -132,18 +136,21 @@ class PyLane:
             self._armed = True
 
     def disarm(self) -> None:
-        with self._lock:
-            self._armed = False
+        # No lock: called with it held (a record with headers) and without (the writer). One
+        # store is atomic; an add past its check holds the lock, so it ends before the writer
+        # takes the columns, which needs the lock too.
+        self._armed = False
 
     def add(self, topic: str, value: object, key: object, timestamp: object, /
             ) -> RecordMetadata | None:
         if (not self._armed or value.__class__ is not bytes or key.__class__ is not bytes
-                or timestamp.__class__ is not int):
-            return None
-        if not 0 <= timestamp < _INT64_LIMIT:  # type: ignore[operator]
+                or timestamp.__class__ is not int
+                or not 0 <= timestamp < _INT64_LIMIT):  # type: ignore[operator]
             return None
         record = self._overhead + len(value) + len(key)  # type: ignore[arg-type]
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             values = self._values
             if not self._armed or values is None:
                 return None
@@ -151,13 +158,17 @@ class PyLane:
             if (record > self._max_record or self._size + record >= self._limit
                     or n >= self._last or self._base + n >= _INT64_LIMIT):
                 return None  # too large, or the batch would be full: the slow path writes it
-            self._even(n)
+            keys, timestamps = self._keys, self._timestamps
+            if len(keys) != n or len(timestamps) != n:
+                self._even(n)  # raises
             values.append(value)  # type: ignore[arg-type]
-            self._keys.append(key)  # type: ignore[arg-type]
-            self._timestamps.append(timestamp)  # type: ignore[arg-type]
+            keys.append(key)  # type: ignore[arg-type]
+            timestamps.append(timestamp)  # type: ignore[arg-type]
             self._size += record
             stamp = self._append_time if self._log_append else timestamp
             return _new(self._meta, (topic, self.index, self._base + n, stamp))  # type: ignore[return-value]
+        finally:
+            lock.release()
 
     def push(self, value: bytes | None, key: bytes | None, timestamp: int, size: int, /
              ) -> int:
@@ -165,16 +176,15 @@ class PyLane:
         if values is None:
             raise ValueError("push: the lane is not attached")
         _int64(size, "size")
-        with self._lock:
-            n = len(values)
-            self._even(n)
-            if not 0 <= size < _INT64_LIMIT - self._size:
-                raise ValueError("push: size out of range")
-            values.append(value)
-            self._keys.append(key)
-            self._timestamps.append(timestamp)
-            self._size += size
-            return n
+        n = len(values)  # the caller holds the lock
+        self._even(n)
+        if not 0 <= size < _INT64_LIMIT - self._size:
+            raise ValueError("push: size out of range")
+        values.append(value)
+        self._keys.append(key)
+        self._timestamps.append(timestamp)
+        self._size += size
+        return n
 
     def _even(self, n: int) -> None:
         if len(self._keys) != n or len(self._timestamps) != n:
@@ -193,10 +203,11 @@ LANE_IMPLEMENTATION: Final = "python" if _COMPILED is None else "c"
 """``"c"`` when the compiled lane is in use, ``"python"`` for the pure one."""
 
 
-def new_lane(index: int, overhead: int, *, pure: bool = False) -> Lane:
-    """A lane for partition ``index`` (the compiled one unless ``pure`` or not built)."""
-    if pure or _COMPILED is None:
-        return PyLane(RecordMetadata, index, overhead)
+def new_lane(index: int, overhead: int, lock: threading.Lock) -> Lane:
+    """A lane for partition ``index`` whose batch has ``lock`` (the compiled lane unless it is
+    not built or ``EMBEDLOG_PURE`` asks for the pure one)."""
+    if _COMPILED is None:
+        return PyLane(RecordMetadata, index, overhead, lock)
     return cast("Lane", _COMPILED.Lane(RecordMetadata, index, overhead))
 
 
@@ -213,7 +224,7 @@ class LaneBatch(OpenBatch):
     def __init__(self, p: Partition, *, overhead: int, **options: Any) -> None:
         """``options``: those of :class:`~embedlog.batch_writer.OpenBatch`."""
         super().__init__(p, **options)
-        self.lane = new_lane(self.index, overhead)
+        self.lane = new_lane(self.index, overhead, self.lock)
 
     def open_at(self, base: int) -> None:
         self.lane.attach(self.values, self.keys, self.timestamps, base, fmt.HEADER_SIZE)
