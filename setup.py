@@ -1,7 +1,8 @@
 """Build of the optional compiled cores (everything else is in pyproject.toml).
 
 ``embedlog.segment._ccodec`` (the codec), ``embedlog.compaction._ckeymap`` (the cleaner's
-key digests and key map) and ``embedlog._clane`` (the producer's fast lane) are compiled from C with the machine's compiler when there is one;
+key digests and key map) and ``embedlog._clane`` (the producer's fast lane) are compiled from C
+with the machine's compiler when there is one;
 ``optional=True`` lets the install go on without it (for example with no compiler, or
 ``CC=false``), and embedlog then runs its pure-Python (numpy) reference code.
 
