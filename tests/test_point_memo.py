@@ -87,13 +87,13 @@ def test_a_remembered_batch_is_read_with_one_small_pread(tmp_path: pathlib.Path,
     folder = _written(tmp_path / "log", [b"%05d" % i * 20 for i in range(500)])
     from embedlog.segment.files import SegmentFiles
     reads: list[int] = []
-    real = SegmentFiles.pread
+    real = SegmentFiles.pread_pinned  # every read of a .log (pread pins, then calls it)
 
     def pread(self: SegmentFiles, position: int, length: int) -> bytes:
         reads.append(length)
         return real(self, position, length)
 
-    monkeypatch.setattr(SegmentFiles, "pread", pread)
+    monkeypatch.setattr(SegmentFiles, "pread_pinned", pread)
     with embedlog.open(folder, read_only=True) as log:
         first = next(log.read("t", 0, 123, max_records=1))
         assert max(reads) > 50_000  # the first read takes the whole batch

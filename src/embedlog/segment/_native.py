@@ -67,6 +67,12 @@ class Core(Protocol):
 
     def first_not_int64(self, seq: list[Any] | tuple[Any, ...], out: Any = None, /) -> int: ...
 
+    def run_records(
+        self, record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,
+        n: int, base_offset: int, base_timestamp: int, max_timestamp: int,
+        last_offset_delta: int, log_append: bool, /,
+    ) -> list[Any] | None: ...
+
 
 def load_compiled(module: str) -> Any:
     """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``

@@ -26,6 +26,13 @@ the :class:`~embedlog.segment.header.BatchHeader` and ``ends`` (int32, one per r
 of record ``i`` relative to the start of the records section, strictly increasing, the last
 one the section's size).
 
+A point read finds its batch here by offset (:func:`find`), with no offset-index lookup: the
+batches of one ``(owner, identity)`` are also kept ordered by base offset. Their positions must
+follow the same order and their offsets must not overlap (as in every file a whole read
+accepts: a batch's offsets lie above the previous batch's); a batch that would break this is
+not remembered, so the batch :func:`find` names for an offset is the one a walk of the file
+from any earlier batch reaches first.
+
 Bounded: entries for at most :data:`MEMO_RECORDS` records in the process; the least recently
 used go first. Thread-safe (one lock around the table); a ``fork()`` child starts with a new
 lock and an empty table (another thread of the parent may have held the lock).
@@ -36,19 +43,20 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from array import array
+from bisect import bisect_right
 from collections import OrderedDict
 from typing import Final, NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 
 from .codecs import Compression
 from .crc_memo import Identity
 from .decode import DecodedRecords
 from .header import HEADER_SIZE, BatchHeader
 
-__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "clear", "eligible", "get", "holds",
-           "new_owner", "remember"]
+__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "clear", "eligible", "find", "get",
+           "holds", "new_owner", "remember"]
 
 MEMO_RECORDS: Final = 4 << 20
 """Records whose ends the process remembers at most (4 bytes each: 16 MiB)."""
@@ -61,20 +69,42 @@ class Entry(NamedTuple):
     """A remembered batch: its header and the end of each record (see the module notes)."""
 
     header: BatchHeader
-    ends: npt.NDArray[np.int32]
+    ends: array[int]
 
     def span(self, first: int, last: int) -> tuple[int, int]:
         """The file bytes ``(start, length)`` of records ``[first, last)`` of the batch at
         file position 0 (add the batch's position)."""
-        lo = int(self.ends[first - 1]) if first else 0
-        return HEADER_SIZE + lo, int(self.ends[last - 1]) - lo
+        ends = self.ends
+        lo = ends[first - 1] if first else 0
+        return HEADER_SIZE + lo, ends[last - 1] - lo
 
 
 Key = tuple[int, Identity]
 """``(owner, file identity)`` of a segment being read (:func:`new_owner`)."""
 
+
+class _Ordered:
+    """The remembered batches of one :data:`Key`, by base offset (positions in the same
+    order, offsets not overlapping: see the module notes)."""
+
+    __slots__ = ("bases", "batches")
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.batches: list[tuple[int, Entry]] = []  # (position, entry), as bases
+
+    def fits(self, i: int, position: int, header: BatchHeader) -> bool:
+        """Whether a batch at ``position`` fits between batches ``i - 1`` and ``i``."""
+        if i and not (self.batches[i - 1][0] < position
+                      and self.batches[i - 1][1].header.last_offset < header.base_offset):
+            return False
+        return i == len(self.bases) or (position < self.batches[i][0]
+                                        and header.last_offset < self.bases[i])
+
+
 _lock = threading.Lock()
 _table: OrderedDict[tuple[Key, int], Entry] = OrderedDict()
+_ordered: dict[Key, _Ordered] = {}
 _held = [0]  # records remembered
 _owners = itertools.count()
 _per_owner: dict[int, int] = {}  # entries held per owner (absent: none)
@@ -97,7 +127,8 @@ def remember(identity: Key, position: int, header: BatchHeader,
              records: DecodedRecords) -> None:
     """Remember the batch at ``position`` of the segment file ``identity``, whose records
     section was decoded whole into ``records`` (positions relative to the section); a batch
-    with record headers, or not :func:`eligible`, is not remembered."""
+    with record headers, not :func:`eligible`, or out of order with the batches remembered
+    for ``identity`` (see the module notes) is not remembered."""
     n = len(records)
     if records.headers is not None or n != header.records_count or not eligible(header):
         return
@@ -109,14 +140,36 @@ def remember(identity: Key, position: int, header: BatchHeader,
         if key in _table:
             return
         while _table and _held[0] + n > MEMO_RECORDS:
-            ((owner, _), _), old = _table.popitem(last=False)
-            _held[0] -= len(old.ends)
-            _per_owner[owner] -= 1
-            if not _per_owner[owner]:
-                del _per_owner[owner]
-        _table[key] = Entry(header, ends)
+            _forget(*_table.popitem(last=False))
+        ordered = _ordered.get(identity)
+        if ordered is None:
+            ordered = _ordered[identity] = _Ordered()
+        i = bisect_right(ordered.bases, header.base_offset)
+        if not ordered.fits(i, position, header):
+            if not ordered.bases:
+                del _ordered[identity]
+            return
+        entry = Entry(header, array("i", ends.tobytes()))
+        ordered.bases.insert(i, header.base_offset)
+        ordered.batches.insert(i, (position, entry))
+        _table[key] = entry
         _held[0] += n
         _per_owner[identity[0]] = _per_owner.get(identity[0], 0) + 1
+
+
+def _forget(key: tuple[Key, int], entry: Entry) -> None:
+    """Drop one entry (the lock held)."""
+    identity, _ = key
+    owner = identity[0]
+    _held[0] -= len(entry.ends)
+    _per_owner[owner] -= 1
+    if not _per_owner[owner]:
+        del _per_owner[owner]
+    ordered = _ordered[identity]
+    i = bisect_right(ordered.bases, entry.header.base_offset) - 1
+    del ordered.bases[i], ordered.batches[i]
+    if not ordered.bases:
+        del _ordered[identity]
 
 
 def holds(owner: int) -> bool:
@@ -136,6 +189,23 @@ def get(identity: Key, position: int) -> Entry | None:
         return entry
 
 
+def find(identity: Key, offset: int) -> tuple[int, Entry] | None:
+    """``(position, entry)`` of the remembered batch of the segment file ``identity`` that
+    holds ``offset``, if any (its base offset <= ``offset`` <= its last offset)."""
+    with _lock:
+        ordered = _ordered.get(identity)
+        if ordered is None:
+            return None
+        i = bisect_right(ordered.bases, offset) - 1
+        if i < 0:
+            return None
+        found = ordered.batches[i]
+        if found[1].header.last_offset < offset:
+            return None
+        _table.move_to_end((identity, found[0]))
+        return found
+
+
 def clear() -> None:
     """Forget every entry."""
     with _lock:
@@ -144,6 +214,7 @@ def clear() -> None:
 
 def _forget_all() -> None:
     _table.clear()
+    _ordered.clear()
     _per_owner.clear()
     _held[0] = 0
 

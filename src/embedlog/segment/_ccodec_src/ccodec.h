@@ -22,6 +22,7 @@
  *   encode.c      encode(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
+ *   point.c       run_records(): a point read's run of records straight into Records
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -67,6 +68,11 @@ ELC_INTERNAL int elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t items
 ELC_INTERNAL int64_t elc_column_bytes(const int64_t *pos, const int32_t *len, Py_ssize_t n,
                                       int64_t size, Py_ssize_t *nulls);
 
+/* TypeError unless t is a slotted tuple subclass (the Record type); one such record of the 8
+ * fields, untracked by the GC when atomic_prefix and fields[7] is untracked. records.c */
+ELC_INTERNAL int elc_check_record_type(PyTypeObject *t);
+ELC_INTERNAL PyObject *elc_new_record(PyTypeObject *t, PyObject *fields[8], int atomic_prefix);
+
 /* The module's functions and their docstrings (one pair per file that defines them). */
 #define ELC_FUNCTION(name)                                                                     \
     ELC_INTERNAL PyObject *elc_py_##name(PyObject *self, PyObject *args);                       \
@@ -80,6 +86,7 @@ ELC_FUNCTION(records);         /* records.c */
 ELC_FUNCTION(encode);          /* encode.c */
 ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
+ELC_FUNCTION(run_records);     /* point.c */
 
 /* ------------------------------------------------------------------------ small helpers */
 
