@@ -41,7 +41,7 @@ from . import loader, reader
 from .errors import OffsetOutOfRangeError, StorageError
 from .records import Record
 from .segment import format as fmt
-from .segment.rules import OverlapError, check_ceiling
+from .segment.rules import OverlapError
 from .segment.run_records import run_records
 from .segment.segment import Segment, SegmentSettings
 
@@ -271,20 +271,21 @@ def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int,
 def read(p: Readable, start: int | None, end: int | None,
          max_records: int | None) -> Iterator[Record]:
     """Records from ``start`` (:func:`embedlog.reader.records`); a bounded read from a known
-    offset is answered from one remembered batch when it can be (:func:`_remembered`); a
-    bounded read of a view below its known end reads the known records first
-    (:func:`_read_known`)."""
-    if max_records is None or start is None or (not p.writable and start >= p.end_offset):
+    offset is answered from one remembered batch when it can be (:func:`_remembered`)."""
+    if max_records is None or start is None:
         return reader.records(p.topic, p.partition,
                               batches(p, start, end, False, max_records), max_records)
     return _bounded(p, start, end, max_records)
 
 
 def _bounded(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:
+    """:func:`read` of at most ``max_records`` from ``start``: from one remembered batch, or
+    the scan; a view below its known end reads the known records first (:func:`_read_known`),
+    else it refreshes."""
     found = _remembered(p, start, end, max_records)
     if found is not None:
         yield from found
-    elif p.writable:
+    elif p.writable or start >= p.end_offset:
         yield from reader.records(p.topic, p.partition,
                                   batches(p, start, end, False, max_records), max_records)
     else:
@@ -311,14 +312,15 @@ def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[R
         return None
     try:
         run = seg.remembered_span(start, stop, wanted)
-        if run is None:
-            return None
-        header, data, n, position = run
-        if n < wanted and not (p.writable or stop == end):
-            return None  # a view reads on past its known end (_read_known)
-        check_ceiling(header, ceiling, seg.log_path)
-    except (StorageError, OverlapError):
+    except StorageError:  # the scan meets it too (a view's then lists the folder again)
         return None
+    if run is None:
+        return None
+    header, data, n, position = run
+    if n < wanted and not (p.writable or stop == end):
+        return None  # a view reads on past its known end (_read_known)
+    if ceiling is not None and header.last_offset >= ceiling:
+        return None  # damage the scan reports (reader.scan's check_ceiling)
     return run_records(data, n, header, position, p.topic, p.partition)
 
 

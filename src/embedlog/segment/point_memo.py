@@ -46,7 +46,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from typing import Final, NamedTuple
+from typing import Final
 
 import numpy as np
 
@@ -55,8 +55,8 @@ from .crc_memo import Identity
 from .decode import DecodedRecords
 from .header import HEADER_SIZE, BatchHeader
 
-__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "clear", "eligible", "find", "get",
-           "holds", "new_owner", "remember"]
+__all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "Run", "clear", "eligible", "find",
+           "get", "holds", "new_owner", "remember"]
 
 MEMO_RECORDS: Final = 4 << 20
 """Records whose ends the process remembers at most (4 bytes each: 16 MiB)."""
@@ -64,12 +64,23 @@ MEMO_RECORDS: Final = 4 << 20
 MIN_RECORDS: Final = 16
 """Smaller batches are read whole: the saving would not pay for the entry."""
 
+Key = tuple[int, Identity]
+"""``(owner, file identity)`` of a segment being read (:func:`new_owner`)."""
 
-class Entry(NamedTuple):
-    """A remembered batch: its header and the end of each record (see the module notes)."""
 
-    header: BatchHeader
-    ends: array[int]
+class Entry:
+    """A remembered batch: its header and the end of each record (see the module notes), at
+    ``position`` of the segment file ``key``. Equal only to itself (the memo's LRU is keyed by
+    the entry object)."""
+
+    __slots__ = ("ends", "header", "key", "last", "position")
+
+    def __init__(self, key: Key, position: int, header: BatchHeader, ends: array[int]) -> None:
+        self.key = key
+        self.position = position
+        self.header = header
+        self.ends = ends
+        self.last = header.last_offset
 
     def span(self, first: int, last: int) -> tuple[int, int]:
         """The file bytes ``(start, length)`` of records ``[first, last)`` of the batch at
@@ -79,31 +90,32 @@ class Entry(NamedTuple):
         return HEADER_SIZE + lo, ends[last - 1] - lo
 
 
-Key = tuple[int, Identity]
-"""``(owner, file identity)`` of a segment being read (:func:`new_owner`)."""
+Run = tuple[Entry, int, int, int]
+"""``(entry, start, length, count)``: ``count`` consecutive records of a remembered batch
+(``entry``), the ``length`` bytes at file position ``start``."""
 
 
 class _Ordered:
     """The remembered batches of one :data:`Key`, by base offset (positions in the same
     order, offsets not overlapping: see the module notes)."""
 
-    __slots__ = ("bases", "batches")
+    __slots__ = ("bases", "entries")
 
     def __init__(self) -> None:
         self.bases: list[int] = []
-        self.batches: list[tuple[int, Entry]] = []  # (position, entry), as bases
+        self.entries: list[Entry] = []  # as bases
 
     def fits(self, i: int, position: int, header: BatchHeader) -> bool:
         """Whether a batch at ``position`` fits between batches ``i - 1`` and ``i``."""
-        if i and not (self.batches[i - 1][0] < position
-                      and self.batches[i - 1][1].header.last_offset < header.base_offset):
+        if i and not (self.entries[i - 1].position < position
+                      and self.entries[i - 1].last < header.base_offset):
             return False
-        return i == len(self.bases) or (position < self.batches[i][0]
+        return i == len(self.bases) or (position < self.entries[i].position
                                         and header.last_offset < self.bases[i])
 
 
 _lock = threading.Lock()
-_table: OrderedDict[tuple[Key, int], Entry] = OrderedDict()
+_table: OrderedDict[Entry, None] = OrderedDict()  # every entry, least recently used first
 _ordered: dict[Key, _Ordered] = {}
 _held = [0]  # records remembered
 _owners = itertools.count()
@@ -127,20 +139,17 @@ def remember(identity: Key, position: int, header: BatchHeader,
              records: DecodedRecords) -> None:
     """Remember the batch at ``position`` of the segment file ``identity``, whose records
     section was decoded whole into ``records`` (positions relative to the section); a batch
-    with record headers, not :func:`eligible`, or out of order with the batches remembered
-    for ``identity`` (see the module notes) is not remembered."""
+    with record headers, not :func:`eligible`, already remembered, or out of order with the
+    batches remembered for ``identity`` (see the module notes) is not remembered."""
     n = len(records)
     if records.headers is not None or n != header.records_count or not eligible(header):
         return
     ends = (records.value_pos + np.maximum(records.value_len, 0) + 1).astype(np.int32)
     if int(ends[-1]) != header.size - HEADER_SIZE:
         return  # not the layout assumed above: never trust such an entry
-    key = (identity, position)
     with _lock:
-        if key in _table:
-            return
         while _table and _held[0] + n > MEMO_RECORDS:
-            _forget(*_table.popitem(last=False))
+            _forget(_table.popitem(last=False)[0])
         ordered = _ordered.get(identity)
         if ordered is None:
             ordered = _ordered[identity] = _Ordered()
@@ -149,49 +158,51 @@ def remember(identity: Key, position: int, header: BatchHeader,
             if not ordered.bases:
                 del _ordered[identity]
             return
-        entry = Entry(header, array("i", ends.tobytes()))
+        entry = Entry(identity, position, header, array("i", ends.tobytes()))
         ordered.bases.insert(i, header.base_offset)
-        ordered.batches.insert(i, (position, entry))
-        _table[key] = entry
+        ordered.entries.insert(i, entry)
+        _table[entry] = None
         _held[0] += n
         _per_owner[identity[0]] = _per_owner.get(identity[0], 0) + 1
 
 
-def _forget(key: tuple[Key, int], entry: Entry) -> None:
-    """Drop one entry (the lock held)."""
-    identity, _ = key
-    owner = identity[0]
+def _forget(entry: Entry) -> None:
+    """Drop one entry, gone from the LRU table already (the lock held)."""
+    owner = entry.key[0]
     _held[0] -= len(entry.ends)
     _per_owner[owner] -= 1
     if not _per_owner[owner]:
         del _per_owner[owner]
-    ordered = _ordered[identity]
-    i = bisect_right(ordered.bases, entry.header.base_offset) - 1
-    del ordered.bases[i], ordered.batches[i]
+    ordered = _ordered[entry.key]
+    i = ordered.entries.index(entry)
+    del ordered.bases[i], ordered.entries[i]
     if not ordered.bases:
-        del _ordered[identity]
+        del _ordered[entry.key]
 
 
-def holds(owner: int) -> bool:
-    """Whether any batch of the segment object ``owner`` is remembered (a point read of a
-    segment with none goes straight to its batch: no identity, no lookup)."""
-    return owner in _per_owner
+holds = _per_owner.__contains__
+"""``holds(owner)``: whether any batch of the segment object ``owner`` is remembered (a point
+read of a segment with none goes straight to its batch: no identity, no lookup)."""
 
 
 def get(identity: Key, position: int) -> Entry | None:
     """The entry of the batch at ``position`` of the segment file ``identity``, if
     remembered."""
-    key = (identity, position)
     with _lock:
-        entry = _table.get(key)
-        if entry is not None:
-            _table.move_to_end(key)
-        return entry
+        ordered = _ordered.get(identity)
+        for entry in () if ordered is None else ordered.entries:
+            if entry.position == position:
+                _table.move_to_end(entry)
+                return entry
+        return None
 
 
-def find(identity: Key, offset: int) -> tuple[int, Entry] | None:
-    """``(position, entry)`` of the remembered batch of the segment file ``identity`` that
-    holds ``offset``, if any (its base offset <= ``offset`` <= its last offset)."""
+def find(identity: Key, offset: int, stop: int, wanted: int) -> Run | None:
+    """The records a read of up to ``wanted`` (>= 1) records from ``offset`` (below
+    ``stop``) takes of the remembered batch of the segment file ``identity`` that holds
+    ``offset``; None when no batch holding it is remembered, or when that batch holds fewer
+    than ``wanted`` records from ``offset`` and ends below ``stop`` (the read goes on past
+    it)."""
     with _lock:
         ordered = _ordered.get(identity)
         if ordered is None:
@@ -199,11 +210,18 @@ def find(identity: Key, offset: int) -> tuple[int, Entry] | None:
         i = bisect_right(ordered.bases, offset) - 1
         if i < 0:
             return None
-        found = ordered.batches[i]
-        if found[1].header.last_offset < offset:
+        entry = ordered.entries[i]
+        if entry.last < offset:
             return None
-        _table.move_to_end((identity, found[0]))
-        return found
+        _table.move_to_end(entry)
+    base = entry.header.base_offset
+    first = offset - base
+    last = min(entry.last + 1, offset + wanted, stop) - base
+    if last - first < wanted and entry.last + 1 < stop:
+        return None
+    ends = entry.ends
+    lo = ends[first - 1] if first else 0
+    return entry, entry.position + HEADER_SIZE + lo, ends[last - 1] - lo, last - first
 
 
 def clear() -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from .. import _io
+from .._handles import CACHE
 from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..index.txn_index import TxnIndexEntry
@@ -249,7 +250,6 @@ class Segment(SegmentRecovery):
         header, data, n, position = run
         return header, fmt.decode_run(data, n, header, position)
 
-    @pinned
     def remembered_span(self, offset: int, stop: int, wanted: int
                         ) -> tuple[fmt.BatchHeader, bytes, int, int] | None:
         """Up to ``wanted`` records from ``offset`` (below ``stop``) of a batch whose record
@@ -259,23 +259,21 @@ class Segment(SegmentRecovery):
         when no such batch is remembered, or when it holds fewer than ``wanted`` records from
         ``offset`` and ends below ``stop`` (the caller reads the batch whole). A segment with
         nothing remembered costs one set lookup."""
-        if self.writable or not point_memo.holds(self._point_owner):
+        owner = self._point_owner
+        if self.writable or not point_memo.holds(owner):
             return None
-        fd = self._read_fd()
-        if fd is None:
-            return None
-        found = point_memo.find((self._point_owner, identity(fd)), offset)
-        if found is None:
-            return None
-        position, entry = found
-        header = entry.header
-        first = offset - header.base_offset
-        last = min(header.records_count, first + wanted, stop - header.base_offset)
-        if last <= first or (last - first < wanted and header.last_offset + 1 < stop):
-            return None
-        start, length = entry.span(first, last)
-        data = self.pread_pinned(position + start, length)
-        return None if len(data) != length else (header, data, last - first, position)
+        CACHE.pin(self)  # as @pinned does (inlined: a point read's every microsecond counts)
+        try:
+            fd = self._read_fd()
+            run = None if fd is None else point_memo.find((owner, identity(fd)), offset, stop,
+                                                          wanted)
+            if run is None:
+                return None
+            entry, start, length, count = run
+            data = self.pread_pinned(start, length)
+        finally:
+            CACHE.unpin(self, self._descriptors())
+        return None if len(data) != length else (entry.header, data, count, entry.position)
 
     @pinned
     def find_offset_by_timestamp(self, timestamp: int) -> int | None:

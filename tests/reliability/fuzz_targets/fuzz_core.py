@@ -4,7 +4,9 @@ Each input is a record batch (the first byte picks CRC fix-up, a record count li
 point-read range); both implementations decode it and must return the same columns, values,
 headers and Record objects, or raise the same CorruptBatchError message. The compiled Arrow
 sink's one pass over the batch (``ArrowSink.append``) must append exactly the rows of the
-decoder's columns, or nothing when the decoder refuses the batch. Coverage guidance comes
+decoder's columns, or nothing when the decoder refuses the batch. The records section read as a
+point read's run of records (``run_records``, a record count from the first byte) must give
+the same records or error with either implementation. Coverage guidance comes
 from the instrumented pure decoder. Skips (exit 0 at once) when the core is not built.
 """
 
@@ -18,6 +20,7 @@ with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.errors import CorruptBatchError
     from embedlog.segment import _native, decode
     from embedlog.segment import format as fmt
+    from embedlog.segment.run_records import run_records
 
 try:
     from embedlog.segment import _ccodec
@@ -66,6 +69,15 @@ def _sink_rows(buf: bytes, fused: bool) -> object:
     return sink.finish()
 
 
+def _run(buf: bytes, n: int) -> object:
+    """The bytes after the header as a run of ``n`` records of that batch (run_records)."""
+    try:
+        header = fmt.parse_header(buf, 0)
+        return run_records(buf[fmt.HEADER_SIZE:], n, header, 0, "t", 0)
+    except CorruptBatchError as e:
+        return (type(e), str(e))
+
+
 def test_one_input(data: bytes) -> None:
     if len(data) < 2:
         return
@@ -87,6 +99,17 @@ def test_one_input(data: bytes) -> None:
         _native.CORE = saved
     if got_c != got_py:
         raise AssertionError(f"compiled {got_c!r} != pure {got_py!r}")
+    if len(buf) >= fmt.HEADER_SIZE:
+        n = max(0, int.from_bytes(buf[57:61], "big") - (mode >> 5))  # the count, or fewer
+        try:
+            _native.CORE = _ccodec
+            run_c = _run(bytes(buf), n)
+            _native.CORE = None
+            run_py = _run(bytes(buf), n)
+        finally:
+            _native.CORE = saved
+        if run_c != run_py:
+            raise AssertionError(f"run: compiled {run_c!r} != pure {run_py!r}")
     fused = _sink_rows(bytes(buf), True)
     if fused is not None and fused != _sink_rows(bytes(buf), False):
         raise AssertionError(f"sink appended {fused!r}, not the decoded rows")
