@@ -25,6 +25,7 @@ def run_records(
     base_offset: int, base_timestamp: int, max_timestamp: int, last_offset_delta: int,
     log_append: bool, /,
 ) -> list[Any] | None: ...
+def file_identity(fd: int, /) -> tuple[int, int, int, int] | None: ...
 
 class ArrowSink:
     rows: int

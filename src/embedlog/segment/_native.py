@@ -73,6 +73,8 @@ class Core(Protocol):
         last_offset_delta: int, log_append: bool, /,
     ) -> list[Any] | None: ...
 
+    def file_identity(self, fd: int, /) -> tuple[int, int, int, int] | None: ...
+
 
 def load_compiled(module: str) -> Any:
     """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``

@@ -73,13 +73,14 @@ class Entry:
     ``position`` of the segment file ``key``. Equal only to itself (the memo's LRU is keyed by
     the entry object)."""
 
-    __slots__ = ("ends", "header", "key", "last", "position")
+    __slots__ = ("base", "ends", "header", "key", "last", "position")
 
     def __init__(self, key: Key, position: int, header: BatchHeader, ends: array[int]) -> None:
         self.key = key
         self.position = position
         self.header = header
         self.ends = ends
+        self.base = header.base_offset
         self.last = header.last_offset
 
     def span(self, first: int, last: int) -> tuple[int, int]:
@@ -214,14 +215,16 @@ def find(identity: Key, offset: int, stop: int, wanted: int) -> Run | None:
         if entry.last < offset:
             return None
         _table.move_to_end(entry)
-    base = entry.header.base_offset
-    first = offset - base
-    last = min(entry.last + 1, offset + wanted, stop) - base
-    if last - first < wanted and entry.last + 1 < stop:
-        return None
-    ends = entry.ends
+    end = entry.last + 1  # one past the run: the batch's end, wanted records, or stop
+    if offset + wanted < end:
+        end = offset + wanted
+    if stop < end:
+        end = stop
+    elif end < stop and end - offset < wanted:
+        return None  # the read goes on past the batch
+    ends, first = entry.ends, offset - entry.base
     lo = ends[first - 1] if first else 0
-    return entry, entry.position + HEADER_SIZE + lo, ends[last - 1] - lo, last - first
+    return entry, entry.position + HEADER_SIZE + lo, ends[end - entry.base - 1] - lo, end - offset
 
 
 def clear() -> None:

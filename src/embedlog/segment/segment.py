@@ -263,6 +263,7 @@ class Segment(SegmentRecovery):
         if self.writable or not point_memo.holds(owner):
             return None
         CACHE.pin(self)  # as @pinned does (inlined: a point read's every microsecond counts)
+        opened = self._rfd is None
         try:
             fd = self._read_fd()
             run = None if fd is None else point_memo.find((owner, identity(fd)), offset, stop,
@@ -272,7 +273,10 @@ class Segment(SegmentRecovery):
             entry, start, length, count = run
             data = self.pread_pinned(start, length)
         finally:
-            CACHE.unpin(self, self._descriptors())
+            if opened:
+                CACHE.unpin(self, self._descriptors())
+            else:  # the .log was open already: nothing opened or closed
+                CACHE.unpin_unchanged(self)
         return None if len(data) != length else (entry.header, data, count, entry.position)
 
     @pinned

@@ -22,7 +22,8 @@
  *   encode.c      encode(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
- *   point.c       run_records(): a point read's run of records straight into Records
+ *   point.c       run_records(): a point read's run of records straight into Records;
+ *                 file_identity(): a segment file's identity (four fields of fstat)
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -87,6 +88,7 @@ ELC_FUNCTION(encode);          /* encode.c */
 ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
 ELC_FUNCTION(run_records);     /* point.c */
+ELC_FUNCTION(file_identity);   /* point.c */
 
 /* ------------------------------------------------------------------------ small helpers */
 

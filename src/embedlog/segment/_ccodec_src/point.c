@@ -4,9 +4,15 @@
  * Record tuples, in one pass with the one-pass record reader of decode() (ccodec.h). It takes
  * only runs of n well-formed records without headers that end exactly at the end of the data,
  * and gives way (None) for anything else: decode_run then decodes the run with its checks
- * and errors, so the two never disagree.
+ * and errors, so the two never disagree. file_identity(): the four fields of fstat() the
+ * point-read memo keys a segment file by, taken before every point read.
  */
 #include "ccodec.h"
+
+#if defined(__linux__)
+#include <errno.h>
+#include <sys/stat.h>
+#endif
 
 ELC_DOC(run_records,
 "run_records(record_type, topic, partition, ttype, data, n, base_offset, base_timestamp,\n"
@@ -85,4 +91,37 @@ done:
     Py_XDECREF(empty);
     PyBuffer_Release(&data);
     return out;
+}
+
+ELC_DOC(file_identity,
+"file_identity(fd) -> (st_dev, st_ino, st_size, st_mtime_ns) | None\n\n"
+"What os.fstat(fd) gives of these four fields (OSError as it raises), without building the\n"
+"whole stat result: the identity of a point read's segment file, taken before every read.\n"
+"None where it is not built (the caller then uses os.fstat).");
+
+PyObject *
+elc_py_file_identity(PyObject *self, PyObject *arg)
+{
+    (void)self;
+#if defined(__linux__)
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT32_MAX_) {
+        errno = EBADF;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    struct stat st;
+    if (fstat((int)fd, &st) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    long long sec = (long long)st.st_mtim.tv_sec, ns = (long long)st.st_mtim.tv_nsec;
+    if (sec > 9000000000LL || sec < -9000000000LL) /* st_mtime_ns past int64: os.fstat's */
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KKLL)", (unsigned long long)st.st_dev,
+                         (unsigned long long)st.st_ino, (long long)st.st_size,
+                         sec * 1000000000LL + ns);
+#else
+    (void)arg;
+    Py_RETURN_NONE;
+#endif
 }
