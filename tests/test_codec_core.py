@@ -11,6 +11,7 @@ Runs whichever implementation ``EMBEDLOG_PURE`` selects for the rest of the suit
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -281,6 +282,27 @@ def test_run_records_are_untracked_when_atomic() -> None:
     assert type(rs[0]) is embedlog.Record and not gc.is_tracked(rs[0])
     with pytest.raises(TypeError):
         _ccodec.run_records(_Topic, "t", 0, 0, b"", 1, 0, 0, 0, 0, False)  # not a Record type
+
+
+def test_file_identity_is_the_fstat_fields(tmp_path: Any) -> None:
+    """The segment file identity the point-read memo keys by: what os.fstat gives, through
+    either core; a closed descriptor raises OSError as os.fstat does."""
+    from embedlog.segment import crc_memo
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 1000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        c, py = both(lambda: crc_memo.identity(fd))
+        assert c == py == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        os.utime(path, ns=(5, 2**62))  # past 2**32 seconds
+        assert both(lambda: crc_memo.identity(fd))[0][3] == 2**62
+    finally:
+        os.close(fd)
+    c, py = both(lambda: crc_memo.identity(fd))
+    assert c[:2] == py[:2] == ("raised", OSError)
+    with pytest.raises(OSError):
+        _ccodec.file_identity(-1)
 
 
 # --------------------------------------------------------------------------- objects

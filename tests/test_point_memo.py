@@ -349,3 +349,24 @@ def test_a_view_whose_segment_vanished_reads_as_the_scan_does(tmp_path: pathlib.
             log.delete_records("t", 0, 200)
             for o in (25, 230):
                 assert _outcome(view, o, 1) == _outcome(fresh, o, 1)
+
+
+def test_a_file_changed_in_place_is_never_answered_from_the_memo(tmp_path: pathlib.Path
+                                                                ) -> None:
+    """A remembered segment's bytes rewritten in place (same size, a new modification time):
+    the point read does not take the remembered batch, it reads the batch again, and its CRC
+    check finds the damage."""
+    folder = _written(tmp_path / "log", [b"v%04d" % i * 8 for i in range(200)])
+    log_file = next((folder / "t-0").glob("*.log"))
+    with embedlog.open(folder, read_only=True) as view:
+        assert next(view.read("t", 0, 150, max_records=1)).value == b"v0150" * 8
+        assert next(view.read("t", 0, 151, max_records=1)).value == b"v0151" * 8
+        data = bytearray(log_file.read_bytes())
+        at = data.index(b"v0151" * 8)
+        data[at:at + 5] = b"X0151"
+        with open(log_file, "r+b") as f:  # in place: the same inode, the same size
+            f.write(data)
+        st = os.stat(log_file)
+        os.utime(log_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        with pytest.raises(CorruptBatchError):
+            next(view.read("t", 0, 151, max_records=1))
