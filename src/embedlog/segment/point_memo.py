@@ -6,7 +6,8 @@ max_records=1)``) reads and walks its whole batch: about 125 KB for 1,000 record
 first point read of a batch decodes all of it (its CRC checked as every read checks it) and
 remembers, here, the batch's header and where each of its records ends; a later point read of
 that batch reads only the bytes of the records it wants (one ``pread``) and decodes those
-(:func:`embedlog.segment.decode.decode_run`, with the checks of the whole-batch decode). A
+(:func:`embedlog.segment.decode.decode_run`, with the checks of the whole-batch decode, or
+:mod:`.run_records`, which gives the same records and errors). A
 point read of a segment with nothing remembered (:func:`holds`) and of a batch that cannot be
 remembered costs nothing more than before: no file identity is taken, nothing is looked up.
 
@@ -21,10 +22,10 @@ writer's own active segment, which has no identity, is never remembered.
 Only batches whose records can be decoded alone are kept (:func:`eligible`): uncompressed (the
 bytes on disk are the records), dense (record ``i`` has offset ``base + i``), not a control
 batch, and with no record headers (a record then ends one byte -- the zero headers count --
-after its value). Layout of an entry:
-the :class:`~embedlog.segment.header.BatchHeader` and ``ends`` (int32, one per record: the end
-of record ``i`` relative to the start of the records section, strictly increasing, the last
-one the section's size).
+after its value). Layout of an :class:`Entry`: its key and position, the
+:class:`~embedlog.segment.header.BatchHeader` (and its base and last offsets) and ``ends``
+(int32, one per record: the end of record ``i`` relative to the start of the records section,
+strictly increasing, the last one the section's size).
 
 A point read finds its batch here by offset (:func:`find`), with no offset-index lookup: the
 batches of one ``(owner, identity)`` are also kept ordered by base offset. Their positions must
@@ -34,8 +35,9 @@ not remembered, so the batch :func:`find` names for an offset is the one a walk 
 from any earlier batch reaches first.
 
 Bounded: entries for at most :data:`MEMO_RECORDS` records in the process; the least recently
-used go first. Thread-safe (one lock around the table); a ``fork()`` child starts with a new
-lock and an empty table (another thread of the parent may have held the lock).
+used go first (an LRU table keyed by the entry objects). Thread-safe (one lock around the
+tables); a ``fork()`` child starts with a new lock and empty tables (another thread of the
+parent may have held the lock).
 """
 
 from __future__ import annotations
