@@ -81,31 +81,25 @@ class HandleCache:
         with self._lock:
             self._pins[owner] = self._pins.get(owner, 0) + 1
 
-    def unpin(self, owner: Owner, held: int) -> None:
-        """``owner`` is done and now holds ``held`` descriptors; release others over budget."""
+    def unpin(self, owner: Owner, held: int | None) -> None:
+        """``owner`` is done and now holds ``held`` descriptors; release others over budget.
+        ``held=None``: it opened and closed nothing while pinned (it holds the descriptors
+        last counted, by whoever opened or closed one)."""
         with self._lock:
             n = self._pins[owner] - 1
             if n:
                 self._pins[owner] = n
             else:
                 del self._pins[owner]
+            if held is None:
+                if owner in self._lru:
+                    self._lru.move_to_end(owner)
+                return
             self._used += held - self._lru.pop(owner, 0)
             if held:
                 self._lru[owner] = held
             if self._used > self.budget:
                 self._shrink()
-
-    def unpin_unchanged(self, owner: Owner) -> None:
-        """:meth:`unpin` for an owner that opened and closed nothing while pinned: the
-        descriptors it holds are those last counted (by whoever opened or closed one)."""
-        with self._lock:
-            n = self._pins[owner] - 1
-            if n:
-                self._pins[owner] = n
-            else:
-                del self._pins[owner]
-            if owner in self._lru:
-                self._lru.move_to_end(owner)
 
     def forget(self, owner: Owner) -> None:
         """``owner`` closed (or retired) its descriptors: stop counting them."""

@@ -273,10 +273,8 @@ class Segment(SegmentRecovery):
             entry, start, length, count = run
             data = self.pread_pinned(start, length)
         finally:
-            if opened:
-                CACHE.unpin(self, self._descriptors())
-            else:  # the .log was open already: nothing opened or closed
-                CACHE.unpin_unchanged(self)
+            # The .log open already: nothing was opened or closed.
+            CACHE.unpin(self, self._descriptors() if opened else None)
         return None if len(data) != length else (entry.header, data, count, entry.position)
 
     @pinned
