@@ -25,12 +25,11 @@ def run_records(data: bytes, n: int, header: BatchHeader, position: int, topic: 
     batch ``header`` (at byte ``position`` of its file, named in errors), as ``Record`` tuples
     of ``topic``/``partition``."""
     core = _native.CORE
+    ttype = (header.attributes & TIMESTAMP_TYPE_MASK) >> 3  # header.timestamp_type
     if core is not None and n > 0:
         found: list[Record] | None = core.run_records(
-            Record, topic, partition, header.timestamp_type, data, n, header.base_offset,
-            header.base_timestamp, header.max_timestamp, header.last_offset_delta,
-            bool(header.attributes & TIMESTAMP_TYPE_MASK))
+            Record, topic, partition, ttype, data, n, header.base_offset,
+            header.base_timestamp, header.max_timestamp, header.last_offset_delta, ttype)
         if found is not None:
             return found
-    return decode_run(data, n, header, position).records(topic, partition,
-                                                         header.timestamp_type)
+    return decode_run(data, n, header, position).records(topic, partition, ttype)
