@@ -29,7 +29,7 @@ def run_records(data: bytes, n: int, header: BatchHeader, position: int, topic: 
     if core is not None and n > 0:
         found: list[Record] | None = core.run_records(
             Record, topic, partition, ttype, data, n, header.base_offset,
-            header.base_timestamp, header.max_timestamp, header.last_offset_delta, ttype)
+            header.base_timestamp, header.max_timestamp, header.last_offset_delta, ttype == 1)
         if found is not None:
             return found
     return decode_run(data, n, header, position).records(topic, partition, ttype)
