@@ -11,16 +11,20 @@ The codec is one module built from the C files of ``src/embedlog/segment/_ccodec
 rebuilds the module, and setuptools puts it in the sdist with the sources.
 """
 
+import glob
+import os
+
 from setuptools import Extension, setup
 
 CODEC = "src/embedlog/segment/_ccodec_src"
-CODEC_PARTS = ["decode", "records", "encode", "arrow_sink", "scans", "module"]
+# every C file of the folder is one part of the module (relative paths, as setuptools wants)
+CODEC_PARTS = sorted(glob.glob(os.path.join(CODEC, "*.c")))
 
 setup(
     ext_modules=[
         Extension(
             "embedlog.segment._ccodec",
-            sources=[f"{CODEC}/{part}.c" for part in CODEC_PARTS],
+            sources=CODEC_PARTS,
             depends=[f"{CODEC}/ccodec.h"],
             extra_compile_args=["-O2", "-std=c99"],
             optional=True,
