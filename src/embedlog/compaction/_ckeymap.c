@@ -78,12 +78,19 @@ columns(PyObject **objs, const Py_ssize_t *sizes, const int *writable, const int
 
 /* ----------------------------------------------------------------------------- digests */
 
-static uint64_t
+static inline uint64_t
 key_word(const uint8_t *key, int64_t left)
 {
     uint64_t w = 0;
-    int64_t take = left < 8 ? left : 8;
-    for (int64_t b = 0; b < take; b++)
+    if (left >= 8) { /* a whole word, little-endian */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(&w, key, 8);
+        return w;
+#else
+        left = 8;
+#endif
+    }
+    for (int64_t b = 0; b < left; b++)
         w |= (uint64_t)key[b] << (8 * b);
     return w;
 }
@@ -230,8 +237,12 @@ py_get(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#include "_cclean.h"
+
 static PyMethodDef methods[] = {
     {"digests", py_digests, METH_VARARGS, digests_doc},
+    {"map_batches", py_map_batches, METH_VARARGS, map_batches_doc},
+    {"filter_batches", py_filter_batches, METH_VARARGS, filter_batches_doc},
     {"put", py_put, METH_VARARGS, put_doc},
     {"get", py_get, METH_VARARGS, get_doc},
     {NULL, NULL, 0, NULL},

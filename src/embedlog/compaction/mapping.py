@@ -32,11 +32,13 @@ import numpy.typing as npt
 from ..errors import InvalidConfigError
 from ..segment import format as fmt
 from ..segment.segment import Segment
+from . import walk
 from .columns import decode_batches
 from .digest import Digester, padded
 from .offset_map import SLOT_BYTES, OffsetMap
 from .plan import Cleanable
 from .txn import CleanedTransactions, ProducerLog, control_type
+from .walk import Run
 
 __all__ = ["KNOWN_BYTES_PER_RECORD", "KeyMapper", "Known", "KnownChunk"]
 
@@ -82,7 +84,7 @@ class KeyMapper:
         self.known_bytes = 0
         known: Known = {}
         txn = CleanedTransactions(plog.aborted)
-        pending: list[tuple[memoryview, fmt.BatchHeader]] = []
+        pending: Run = []
         pending_records = pending_bytes = 0
         latest = -1
 
@@ -102,16 +104,15 @@ class KeyMapper:
                     continue
                 if h.base_offset >= plan.first_uncleanable:
                     break
-                raw = memoryview(buf)[pos : pos + h.size]
                 if h.is_control:
-                    txn.on_control_batch(h, control_type(raw, h))
+                    txn.on_control_batch(h, control_type(memoryview(buf)[pos : pos + h.size], h))
                 elif h.records_count and not txn.on_data_batch(h):
                     if omap.size + pending_records + h.records_count > omap.max_entries:
                         flush()  # first see how many of the pending keys are new
                         if not self._make_room(omap, omap.size + h.records_count, known):
                             full = True
                             break
-                    pending.append((raw, h))
+                    pending.append((buf, pos, h))
                     pending_records += h.records_count
                     pending_bytes += h.size
                     if (pending_records >= self.chunk_records
@@ -143,7 +144,18 @@ class KeyMapper:
             self.known_bytes = 0
         return False
 
-    def _map_chunk(
+    def _map_chunk(self, omap: OffsetMap, chunk: Run, first_dirty: int, known: Known) -> None:
+        """Put the keys of the batches of ``chunk`` in the map: the compiled walk for the
+        batches it reads (:mod:`.walk`), the decoded columns for the others."""
+        left = [b for b in chunk if not walk.readable(b[2])]
+        for run in walk.runs([b for b in chunk if walk.readable(b[2])]):
+            if not walk.map_run(omap, self.digester, run, first_dirty):
+                left += run
+        if left:
+            self._map_decoded(omap, [(memoryview(buf)[pos : pos + h.size], h)
+                                     for buf, pos, h in left], first_dirty, known)
+
+    def _map_decoded(
         self,
         omap: OffsetMap,
         batches: list[tuple[memoryview, fmt.BatchHeader]],
