@@ -8,7 +8,9 @@ with the machine's compiler when there is one;
 
 The codec is one module built from the C files of ``src/embedlog/segment/_ccodec_src/``
 (one part each, listed in its ``ccodec.h``); that header is in ``depends``, so an edit to it
-rebuilds the module, and setuptools puts it in the sdist with the sources.
+rebuilds the module, and setuptools puts it in the sdist with the sources. The key map is
+``_ckeymap.c``, which includes the cleaner's record walks (``_cclean.h``) and the codec's
+one-pass record reader (``ccodec.h``): both are in its ``depends``.
 """
 
 import glob
@@ -32,6 +34,7 @@ setup(
         Extension(
             "embedlog.compaction._ckeymap",
             sources=["src/embedlog/compaction/_ckeymap.c"],
+            depends=["src/embedlog/compaction/_cclean.h", f"{CODEC}/ccodec.h"],
             extra_compile_args=["-O2", "-std=c99"],
             optional=True,
         ),

@@ -5,9 +5,11 @@ in a scratch directory, and a child Python (with libasan and libubsan preloaded,
 interpreter itself is not instrumented) runs the differential tests (hypothesis batches and
 their damaged copies, point reads' runs of records), the codec tests, the Arrow sink's
 differential tests (its one pass over stored batches, whole logs read as Arrow), the point
-reads answered from remembered batches, the key map's differential tests, the producer lane's
-differential tests and the producer's tests, the real Kafka folders and the corruption corpus
-against it. Any sanitizer report aborts the child; the test fails on a non-zero exit.
+reads answered from remembered batches, the key map's differential tests, the compaction
+walks' differential tests (compiled walks, decoded columns and pure code on the same logs), the
+producer lane's differential tests and the producer's tests, the real Kafka folders and the
+corruption corpus against it. Any sanitizer report aborts the child; the test fails on a
+non-zero exit.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ SOURCES = {("segment", "_ccodec"): ("segment", "_ccodec_src"),
            ("", "_clane"): ("", "_clane.c")}
 TESTS = [
     "tests/test_keymap_core.py",
+    "tests/test_compaction_walk.py",
     "tests/test_codec_core.py",
     "tests/test_arrow_sink.py",
     "tests/test_producer_lane.py",

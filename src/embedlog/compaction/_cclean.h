@@ -10,11 +10,12 @@
  *     max_timestamp, flags (FLAG_LOG_APPEND | FLAG_HAS_HORIZON | FLAG_EXPIRED)
  *
  * Each batch's records are read with the codec's one-pass reader (fast_record, ccodec.h), which
- * accepts exactly what the codec's decode accepts for records without headers. Anything else (a
- * damaged record, headers, a record count that does not fill the batch, a batch outside the
- * buffer) makes the function return None before it changes anything: the caller then takes the
- * numpy path (columns.py), which gives the answer or the CorruptBatchError. So these functions
- * never decide what is corrupt; they only skip the decode of batches that are not.
+ * accepts exactly what the codec's decode accepts for records without headers. A batch with
+ * anything else (a damaged record, headers, a record count that does not fill the batch, a
+ * batch outside the buffer) is left alone, nothing of it used, and named in the answer: the
+ * caller takes the numpy path (columns.py) for it, which gives the answer or the
+ * CorruptBatchError. So these functions never decide what is corrupt; they only skip the
+ * decode of batches that are not. Whether a batch is read depends on that batch alone.
  *
  * Every read is bounded by the batch's [start, start + size), checked against the buffer.
  */
@@ -107,36 +108,47 @@ take_batches(PyObject *buf_obj, PyObject *table_obj, Py_buffer *buf, Py_buffer *
     return 0;
 }
 
-/* Walk every batch of the table into one array of records (PyMem); NULL with *fast = 0 when a
- * batch is not for the fast path, NULL with an exception when out of memory. */
+/* Walk every batch of the table into one array of records (PyMem; batch b's at first[b], for
+ * the row's count of records); ok[b] = 0 for a batch that is not for the fast path (its
+ * records are then garbage). NULL with an exception when out of memory. */
 static Walked *
-walk_all(const uint8_t *d, Py_ssize_t size, const int64_t *table, Py_ssize_t n, int64_t *total,
-         int *fast)
+walk_all(const uint8_t *d, Py_ssize_t size, const int64_t *table, Py_ssize_t n, int64_t *first,
+         uint8_t *ok)
 {
     int64_t count = 0;
-    *fast = 0;
     for (Py_ssize_t b = 0; b < n; b++) {
-        if (check_row(table + b * TABLE_COLS, size) < 0)
-            return NULL;
-        count += table[b * TABLE_COLS + 2];
+        const int64_t *row = table + b * TABLE_COLS;
+        ok[b] = check_row(row, size) == 0;
+        first[b] = count;
+        count += ok[b] ? row[2] : 0;
     }
+    first[n] = count;
     Walked *recs = PyMem_Malloc(sizeof(Walked) * (size_t)(count ? count : 1));
     if (recs == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
-    int64_t at = 0;
     for (Py_ssize_t b = 0; b < n; b++) {
-        const int64_t *row = table + b * TABLE_COLS;
-        if (walk_batch(d, row, recs + at) < 0) {
-            PyMem_Free(recs);
-            return NULL;
-        }
-        at += row[2];
+        if (ok[b] && walk_batch(d, table + b * TABLE_COLS, recs + first[b]) < 0)
+            ok[b] = 0;
     }
-    *fast = 1;
-    *total = count;
     return recs;
+}
+
+/* A list of the indexes b with ok[b] == 0 (the batches left to the caller), or NULL. */
+static PyObject *
+not_read(const uint8_t *ok, Py_ssize_t n)
+{
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t b = 0; out != NULL && b < n; b++) {
+        if (ok[b])
+            continue;
+        PyObject *i = PyLong_FromSsize_t(b);
+        if (i == NULL || PyList_Append(out, i) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(i);
+    }
+    return out;
 }
 
 /* ----------------------------------------------------------------------------- map_batches */
@@ -176,12 +188,38 @@ insert(uint64_t *lane0, uint64_t *lane1, int64_t *value, Py_ssize_t slots,
 }
 
 PyDoc_STRVAR(map_batches_doc,
-"map_batches(buf, table, first_dirty, seed0, seed1, lane0, lane1, value) -> added | None\n"
+"map_batches(buf, table, first_dirty, seed0, seed1, lane0, lane1, value) -> (added, left)\n"
 "KeyMapper._map_chunk of mapping.py over the batches of table (see _cclean.h) in buf: the\n"
 "digest of the key of every record at or past first_dirty with a key is put in the map\n"
 "(lane0, lane1, value: OffsetMap's arrays) with the record's offset. Returns how many keys\n"
-"were added, or None (nothing changed) when a batch is not one the fast path reads. A full\n"
-"map raises ValueError as put() does.");
+"were added and the indexes of the batches the fast path does not read (nothing of them is\n"
+"put). A full map raises ValueError as put() does.");
+
+/* The digests and offsets of the mapped records of the batches read, in order, as (lane0,
+ * lane1, offset) triples into keys; returns how many. */
+static int64_t
+mapped_keys(const uint8_t *d, const int64_t *table, Py_ssize_t n, const Walked *recs,
+            const int64_t *first, const uint8_t *ok, int64_t first_dirty, uint64_t seed0,
+            uint64_t seed1, uint64_t *keys)
+{
+    int64_t m = 0;
+    for (Py_ssize_t b = 0; b < n; b++) {
+        if (!ok[b])
+            continue;
+        int64_t base = table[b * TABLE_COLS + 3];
+        for (int64_t i = first[b]; i < first[b + 1]; i++) {
+            const Walked *x = &recs[i];
+            int64_t off = (int64_t)((uint64_t)x->r.od + (uint64_t)base);
+            if (off < first_dirty || x->r.kl < 0)
+                continue;
+            keys[3 * m] = digest_lane(d + x->r.kp, x->r.kl, seed0, seed1, 0);
+            keys[3 * m + 1] = digest_lane(d + x->r.kp, x->r.kl, seed1, seed0, 1);
+            keys[3 * m + 2] = (uint64_t)off;
+            m++;
+        }
+    }
+    return m;
+}
 
 static PyObject *
 py_map_batches(PyObject *self, PyObject *args)
@@ -204,49 +242,40 @@ py_map_batches(PyObject *self, PyObject *args)
         PyBuffer_Release(&buf);
         return NULL;
     }
-    const uint8_t *d = buf.buf;
-    int64_t total = 0;
-    int fast;
     PyObject *result = NULL;
-    Walked *recs = walk_all(d, buf.len, table.buf, n, &total, &fast);
-    if (recs == NULL) {
-        if (fast == 0 && !PyErr_Occurred())
-            result = Py_NewRef(Py_None);
+    Walked *recs = NULL;
+    uint64_t *keys = NULL;
+    int64_t *first = PyMem_Malloc(sizeof(int64_t) * (size_t)(n + 1));
+    uint8_t *ok = PyMem_Malloc((size_t)(n ? n : 1));
+    if (first == NULL || ok == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
+    recs = walk_all(buf.buf, buf.len, table.buf, n, first, ok);
+    if (recs == NULL)
+        goto done;
     /* the digests first, then the inserts in the same order, each slot prefetched a few keys
      * ahead (the table is far larger than the caches: a probe is a memory access) */
-    uint64_t *keys = PyMem_Malloc(sizeof(uint64_t) * 3 * (size_t)(total ? total : 1));
+    keys = PyMem_Malloc(sizeof(uint64_t) * 3 * (size_t)(first[n] ? first[n] : 1));
     if (keys == NULL) {
         PyErr_NoMemory();
-        goto free;
+        goto done;
     }
-    int64_t m = 0, at = 0;
-    const int64_t *rows = table.buf;
-    for (Py_ssize_t b = 0; b < n; b++) {
-        const int64_t *row = rows + b * TABLE_COLS;
-        for (int64_t i = at; i < at + row[2]; i++) {
-            const Walked *x = &recs[i];
-            int64_t off = (int64_t)((uint64_t)x->r.od + (uint64_t)row[3]);
-            if (off < first_dirty || x->r.kl < 0)
-                continue;
-            keys[3 * m] = digest_lane(d + x->r.kp, x->r.kl, seed0, seed1, 0);
-            keys[3 * m + 1] = digest_lane(d + x->r.kp, x->r.kl, seed1, seed0, 1);
-            keys[3 * m + 2] = (uint64_t)off;
-            m++;
-        }
-        at += row[2];
-    }
+    int64_t m = mapped_keys(buf.buf, table.buf, n, recs, first, ok, first_dirty, seed0, seed1,
+                            keys);
     Py_ssize_t added = insert(v[0].buf, v[1].buf, v[2].buf, lens[0], keys, m);
-    PyMem_Free(keys);
     if (added < 0) {
         PyErr_SetString(PyExc_ValueError, "the key map is full");
-        goto free;
+        goto done;
     }
-    result = PyLong_FromSsize_t(added);
-free:
-    PyMem_Free(recs);
+    PyObject *left = not_read(ok, n);
+    if (left != NULL)
+        result = Py_BuildValue("(nN)", added, left);
 done:
+    PyMem_Free(keys);
+    PyMem_Free(recs);
+    PyMem_Free(ok);
+    PyMem_Free(first);
     release(v, 3);
     PyBuffer_Release(&table);
     PyBuffer_Release(&buf);
@@ -403,7 +432,7 @@ shrunk(const uint8_t *d, const int64_t *row, const Walked *recs, const uint8_t *
     return out;
 }
 
-enum { OUT_NONE, OUT_COPY, OUT_SHRUNK, OUT_REENCODE };
+enum { OUT_NONE, OUT_COPY, OUT_SHRUNK, OUT_REENCODE, OUT_NOT_READ };
 
 /* The outcome of one batch (see filter_batches); a new reference, or NULL. */
 static PyObject *
@@ -445,45 +474,60 @@ filter_one(Decide *k, const uint8_t *d, const int64_t *row, const Walked *recs, 
 
 PyDoc_STRVAR(filter_batches_doc,
 "filter_batches(buf, table, first_dirty, end_offset, survivors, lane0, lane1, value,\n"
-"               map_size, seed0, seed1, out) -> (outputs, tombstones_removed) | None\n"
+"               map_size, seed0, seed1, out) -> (outputs, tombstones_removed)\n"
 "_Pass._filter of cleaner.py for the data batches of table (see _cclean.h) in buf: decides\n"
 "for each record whether it is kept (survivors: the map's sorted latest offsets; lane0,\n"
 "lane1, value, map_size: the map, for records before first_dirty) and writes, per batch,\n"
-"out[2b] = what became of it (0 nothing kept, 1 copied whole, 2 shrunk, 3 to re-encode)\n"
-"and out[2b + 1] = records kept. outputs[b] is the shrunk batch (bytes) for 2, one byte per\n"
-"record for 3 (bit 0: kept, bit 1: null value), else None. None (nothing written) when a batch is not one the\n"
-"fast path reads.");
+"out[2b] = what became of it (0 nothing kept, 1 copied whole, 2 shrunk, 3 to re-encode,\n"
+"4 not read: a batch the fast path does not read, left to the caller) and out[2b + 1] =\n"
+"records kept. outputs[b] is the shrunk batch (bytes) for 2, one byte per record for 3\n"
+"(bit 0: kept, bit 1: null value), else None.");
 
 static PyObject *
 filter_batches_run(Decide *k, const uint8_t *d, Py_ssize_t size, const int64_t *table,
                    Py_ssize_t n, int64_t *out)
 {
-    int64_t total = 0, gone = 0;
-    int fast;
-    Walked *recs = walk_all(d, size, table, n, &total, &fast);
+    int64_t gone = 0;
+    PyObject *outputs = NULL, *result = NULL;
+    Walked *recs = NULL;
+    uint8_t *kept = NULL;
+    int64_t *first = PyMem_Malloc(sizeof(int64_t) * (size_t)(n + 1));
+    uint8_t *ok = PyMem_Malloc((size_t)(n ? n : 1));
+    if (first == NULL || ok == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    recs = walk_all(d, size, table, n, first, ok);
     if (recs == NULL)
-        return fast == 0 && !PyErr_Occurred() ? Py_NewRef(Py_None) : NULL;
-    PyObject *outputs = PyList_New(n), *result = NULL;
-    uint8_t *kept = PyMem_Malloc((size_t)(total ? total : 1));
+        goto done;
+    outputs = PyList_New(n);
+    kept = PyMem_Malloc((size_t)(first[n] ? first[n] : 1));
     if (outputs == NULL || kept == NULL) {
         if (kept == NULL)
             PyErr_NoMemory();
         goto done;
     }
-    int64_t at = 0;
     for (Py_ssize_t b = 0; b < n; b++) {
-        const int64_t *row = table + b * TABLE_COLS;
-        PyObject *o = filter_one(k, d, row, recs + at, kept + at, out + 2 * b, &gone);
-        if (o == NULL)
-            goto done;
+        PyObject *o;
+        if (ok[b]) {
+            o = filter_one(k, d, table + b * TABLE_COLS, recs + first[b], kept + first[b],
+                           out + 2 * b, &gone);
+            if (o == NULL)
+                goto done;
+        }
+        else {
+            out[2 * b] = OUT_NOT_READ, out[2 * b + 1] = 0;
+            o = Py_NewRef(Py_None);
+        }
         PyList_SET_ITEM(outputs, b, o);
-        at += row[2];
     }
     result = Py_BuildValue("(OL)", outputs, (long long)gone);
 done:
     Py_XDECREF(outputs);
     PyMem_Free(kept);
     PyMem_Free(recs);
+    PyMem_Free(ok);
+    PyMem_Free(first);
     return result;
 }
 

@@ -27,6 +27,11 @@
    * nothing kept: the batch disappears, unless it is a producer's last batch or the last one
      below the end offset, which keep their 61-byte header (``recordsCount`` 0).
 
+Uncompressed data batches are read and decided by the compiled walk (:mod:`.walk`), which
+also builds the shrunk batches; compressed ones, and any batch it does not read, from decoded
+columns (:mod:`.columns`). Both give the same bytes: a batch's records are copied (not
+re-encoded) exactly when that batch's varints are all minimal.
+
 The pass checks ``should_stop`` between batches and raises :class:`Cancelled` (nothing swapped
 in by then is undone: every swap is complete on its own).
 """
@@ -244,16 +249,16 @@ class _Pass:
         by_id = {id(b.header): b for b in batches}
         for run in walk.runs([(b.buf, b.pos, b.header) for b in batches
                               if walk.readable(b.header)]):
-            got = walk.filter_run(run, omap=self.map, digester=self.digester,
-                                  survivors=self.survivors, first_dirty=self.first_dirty,
-                                  end_offset=self.end_offset, now=self.now)
-            if got is None:
-                left += [by_id[id(h)] for _, _, h in run]
-                continue
-            outcomes, gone = got
+            outcomes, gone = walk.filter_run(
+                run, omap=self.map, digester=self.digester, survivors=self.survivors,
+                first_dirty=self.first_dirty, end_offset=self.end_offset, now=self.now,
+            )  # fmt: skip
             self.stats.tombstones_removed += gone
             for (_, _, h), o in zip(run, outcomes, strict=True):
-                keep[id(by_id[id(h)])] = o
+                if o.how == walk.NOT_READ:
+                    left.append(by_id[id(h)])
+                else:
+                    keep[id(by_id[id(h)])] = o
         return left
 
     def _expired(self, batches: Sequence[_Batch], counts: I64) -> Bools:
@@ -391,7 +396,7 @@ class _Pass:
         h = b.header
         starts: npt.NDArray[np.integer]
         ends: npt.NDArray[np.integer]
-        if cols is not None and cols.bounds is not None:
+        if cols is not None and cols.bounds is not None and cols.exact(lo):
             data: bytes | memoryview = cols.records.data
             starts = cols.bounds[lo : lo + len(kept)]
             ends = cols.bounds[lo + 1 : lo + len(kept) + 1]

@@ -3,8 +3,9 @@
 :meth:`KeyMapper.build` reads the dirty segments from the first dirty offset in offset order and
 records, for each key digest (:mod:`.digest`), the latest offset (:class:`.OffsetMap`). Aborted
 transactional batches and control batches are not mapped (:class:`.txn.CleanedTransactions`
-follows the markers). Batches are decoded in chunks (at most ``chunk_bytes`` bytes or
-``chunk_records`` records) so the map is filled with vectorised digests.
+follows the markers). Batches are taken in chunks (at most ``chunk_bytes`` bytes or
+``chunk_records`` records): the uncompressed ones mapped by the compiled walk (:mod:`.walk`),
+the others decoded together so the map is filled with vectorised digests.
 
 Invariants:
 
@@ -149,8 +150,7 @@ class KeyMapper:
         batches it reads (:mod:`.walk`), the decoded columns for the others."""
         left = [b for b in chunk if not walk.readable(b[2])]
         for run in walk.runs([b for b in chunk if walk.readable(b[2])]):
-            if not walk.map_run(omap, self.digester, run, first_dirty):
-                left += run
+            left += walk.map_run(omap, self.digester, run, first_dirty)
         if left:
             self._map_decoded(omap, [(memoryview(buf)[pos : pos + h.size], h)
                                      for buf, pos, h in left], first_dirty, known)
@@ -184,6 +184,6 @@ class KeyMapper:
         )
         self.known_bytes += cost
         for b, (_, h) in enumerate(batches):
-            if h.base_offset >= first_dirty:
-                lo, hi = cols.of_batch(b)
+            lo, hi = cols.of_batch(b)
+            if h.base_offset >= first_dirty and cols.exact(lo):
                 known[h.base_offset] = (chunk, lo, hi)

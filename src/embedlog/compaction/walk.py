@@ -44,6 +44,7 @@ NOTHING_KEPT: Final = 0
 COPIED: Final = 1
 SHRUNK: Final = 2
 REENCODE: Final = 3
+NOT_READ: Final = 4
 
 
 def readable(header: fmt.BatchHeader) -> bool:
@@ -81,28 +82,28 @@ def _table(run: Run, now: int | None) -> I64:
     return rows.reshape(-1)
 
 
-def map_run(omap: OffsetMap, digester: Digester, run: Run, first_dirty: int) -> bool:
+def map_run(omap: OffsetMap, digester: Digester, run: Run, first_dirty: int) -> Run:
     """Put the keys of ``run`` at or past ``first_dirty`` in ``omap`` (the caller made room
-    for all its records); False (nothing put) when the compiled walk does not read the run."""
+    for all its records); returns the batches the compiled walk does not read (nothing of
+    them put: the caller maps them from decoded columns)."""
     core = _native.CORE
     if core is None:
-        return False
+        return run
     records = sum(h.records_count for _, _, h in run)
     if records > omap.room:
         raise ValueError(f"{records} digests may not fit: room for {omap.room}")
-    added = core.map_batches(run[0][0], _table(run, None), first_dirty, *digester.seeds,
-                             *omap.arrays())
-    if added is None:
-        return False
+    added, left = core.map_batches(run[0][0], _table(run, None), first_dirty, *digester.seeds,
+                                   *omap.arrays())
     omap.size += added
-    return True
+    return [run[i] for i in left]
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What the compiled walk made of one batch: ``how`` (:data:`NOTHING_KEPT`,
-    :data:`COPIED`, :data:`SHRUNK`, :data:`REENCODE`), the records kept, and the shrunk batch
-    (SHRUNK) or one byte per record, bit 0 kept and bit 1 null value (REENCODE)."""
+    :data:`COPIED`, :data:`SHRUNK`, :data:`REENCODE`, or :data:`NOT_READ`: a batch it does not
+    read, left to the decoded columns), the records kept, and the shrunk batch (SHRUNK) or one
+    byte per record, bit 0 kept and bit 1 null value (REENCODE)."""
 
     how: int
     kept: int
@@ -112,18 +113,17 @@ class Outcome:
 def filter_run(
     run: Run, *, omap: OffsetMap, digester: Digester, survivors: I64, first_dirty: int,
     end_offset: int, now: int,
-) -> tuple[list[Outcome], int] | None:
-    """The outcome of each batch of ``run`` and the tombstones removed, or None when the
-    compiled walk does not read the run (the numpy path then decides)."""
+) -> tuple[list[Outcome], int]:
+    """The outcome of each batch of ``run`` (all :data:`NOT_READ` when the compiled walk is
+    not built) and the tombstones removed."""
     core = _native.CORE
     if core is None:
-        return None
+        return [Outcome(NOT_READ, 0, None)] * len(run), 0
     out = np.empty(2 * len(run), np.int64)
-    got = core.filter_batches(run[0][0], _table(run, now), first_dirty, end_offset,
-                              np.ascontiguousarray(survivors, np.int64), *omap.arrays(),
-                              omap.size, *digester.seeds, out)
-    if got is None:
-        return None
-    payloads, gone = got
+    payloads, gone = core.filter_batches(
+        run[0][0], _table(run, now), first_dirty, end_offset,
+        np.ascontiguousarray(survivors, np.int64), *omap.arrays(), omap.size, *digester.seeds,
+        out,
+    )  # fmt: skip
     how = out.tolist()
     return [Outcome(how[2 * i], how[2 * i + 1], p) for i, p in enumerate(payloads)], gone
