@@ -212,8 +212,7 @@ mapped_keys(const uint8_t *d, const int64_t *table, Py_ssize_t n, const Walked *
             int64_t off = (int64_t)((uint64_t)x->r.od + (uint64_t)base);
             if (off < first_dirty || x->r.kl < 0)
                 continue;
-            keys[3 * m] = digest_lane(d + x->r.kp, x->r.kl, seed0, seed1, 0);
-            keys[3 * m + 1] = digest_lane(d + x->r.kp, x->r.kl, seed1, seed0, 1);
+            digest_pair(d + x->r.kp, x->r.kl, seed0, seed1, &keys[3 * m], &keys[3 * m + 1]);
             keys[3 * m + 2] = (uint64_t)off;
             m++;
         }
@@ -334,8 +333,8 @@ decide(Decide *k, const uint8_t *d, const Walked *x, int64_t off, int expired, i
         latest = 1;
     }
     else {
-        uint64_t k0 = digest_lane(d + x->r.kp, x->r.kl, k->seed0, k->seed1, 0);
-        uint64_t k1 = digest_lane(d + x->r.kp, x->r.kl, k->seed1, k->seed0, 1);
+        uint64_t k0, k1;
+        digest_pair(d + x->r.kp, x->r.kl, k->seed0, k->seed1, &k0, &k1);
         Py_ssize_t s = k->slots ? probe(k->lane0, k->lane1, k->value, k->slots, k0, k1) : -1;
         latest = s < 0 || k->value[s] < 0;
     }
