@@ -71,15 +71,17 @@ def runs(items: Sequence[tuple[bytes, int, fmt.BatchHeader]]) -> Iterator[Run]:
 
 
 def _table(run: Run, now: int | None) -> I64:
-    rows = np.empty((len(run), 8), np.int64)
-    for i, (_, pos, h) in enumerate(run):
-        horizon = h.delete_horizon_ms
-        flags = (FLAG_LOG_APPEND if h.timestamp_type == 1 else 0) | (
-            FLAG_HAS_HORIZON if h.has_delete_horizon else 0) | (
-            FLAG_EXPIRED if now is not None and horizon is not None and now >= horizon else 0)
-        rows[i] = (pos, h.size, h.records_count, h.base_offset, h.last_offset_delta,
-                   h.base_timestamp, h.max_timestamp, flags)
-    return rows.reshape(-1)
+    """The batch table of ``run`` (8 int64 per batch, the layout in ``_cclean.h``)."""
+    rows = []
+    for _, pos, h in run:
+        flags = FLAG_LOG_APPEND if h.timestamp_type == 1 else 0
+        if h.has_delete_horizon:
+            flags |= FLAG_HAS_HORIZON
+            if now is not None and now >= h.base_timestamp:  # the horizon has passed
+                flags |= FLAG_EXPIRED
+        rows.append((pos, h.size, h.records_count, h.base_offset, h.last_offset_delta,
+                     h.base_timestamp, h.max_timestamp, flags))
+    return np.array(rows, np.int64).reshape(-1)
 
 
 def map_run(omap: OffsetMap, digester: Digester, run: Run, first_dirty: int) -> Run:
