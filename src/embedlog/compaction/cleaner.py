@@ -346,17 +346,16 @@ class _Pass:
         """The data batch ``b`` after the keep/drop decision on its records (None: dropped)."""
         h = b.header
         if isinstance(decision, walk.Outcome):
-            self.stats.records_retained += decision.kept
-            if decision.how == walk.COPIED:
-                return b.raw
-            if decision.how == walk.SHRUNK:
-                return decision.payload
-            if decision.how == walk.REENCODE:
+            if decision.how == walk.REENCODE:  # decided below from its records' flags
                 assert decision.payload is not None
                 mask = np.frombuffer(decision.payload, np.uint8)
-                self.stats.records_retained -= decision.kept  # counted again below
                 decision = ((mask & 1).astype(np.bool_), (mask & 2).astype(np.bool_), None, 0)
             else:
+                self.stats.records_retained += decision.kept
+                if decision.how == walk.COPIED:
+                    return b.raw
+                if decision.how == walk.SHRUNK:
+                    return decision.payload
                 return self._empty(h) if self._retains_header(h) else None
         kept, tomb, cols, lo = decision
         n = int(kept.sum())
