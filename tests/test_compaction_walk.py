@@ -234,3 +234,28 @@ def test_walk_skips_what_it_does_not_read() -> None:
     run = [(both, 0, fmt.parse_header(both, 0)), (both, len(good), bad[2])]
     assert walk.map_run(omap, Digester(1), run, 0) == run[1:]
     assert omap.size == 2
+
+
+def _fixture_files(src: pathlib.Path, dest: pathlib.Path, topic: str) -> dict[str, bytes]:
+    """``src`` (a real Kafka folder) adopted at ``dest``, ``topic`` compacted from scratch;
+    the files of its partitions after."""
+    shutil.copytree(src, dest)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o750 if path.is_dir() else 0o640)
+    (dest / "cleaner-offset-checkpoint").unlink(missing_ok=True)
+    with Log(dest, adopt=True) as log:
+        log.alter_topic(topic, {"cleanup.policy": "compact"})
+        log.compact(topic, now_ms=T0)
+    return {f"{p.parent.name}/{p.name}": p.read_bytes()
+            for p in sorted(dest.glob(f"{topic}-*/*")) if p.is_file()}
+
+
+def test_real_kafka_folder_compacts_to_the_same_files(kafka_fixtures: pathlib.Path,
+                                                      tmp_path: pathlib.Path) -> None:
+    src = kafka_fixtures / "kafka27-compacted-multiseg"
+    results = {}
+    for name in MODES:
+        with mode(name):
+            results[name] = _fixture_files(src, tmp_path / name, "__consumer_offsets")
+    assert any(len(data) for data in results["pure"].values())
+    assert results["walk"] == results["pure"] and results["columns"] == results["pure"]
