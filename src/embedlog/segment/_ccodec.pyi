@@ -6,6 +6,11 @@ def decode(
     max_timestamp: int, last_offset_delta: int, log_append: bool, cols64: Any, cols32: Any,
     /,
 ) -> list[tuple[tuple[str, bytes | None], ...]] | None: ...
+def decode_stored(
+    buf: bytes, pos: int, size: int, n: int, base_offset: int, base_timestamp: int,
+    max_timestamp: int, last_offset_delta: int, log_append: bool, cols64: Any, cols32: Any,
+    /,
+) -> tuple[bytes, list[tuple[tuple[str, bytes | None], ...]] | None]: ...
 def slices(data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
 def records(
     record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,

@@ -17,7 +17,7 @@
  *    what it needs from user objects in its first pass and holds their buffers).
  *
  * One extension module from several translation units, each owning one part:
- *   decode.c      the record walk, field columns, headers and decode()
+ *   decode.c      the record walk, field columns, headers, decode() and decode_stored()
  *   records.c     slices(), gather() and records(): Python objects from decoded columns
  *   encode.c      encode(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
@@ -46,8 +46,10 @@
 
 #if defined(__GNUC__)
 #define HOT_INLINE static inline __attribute__((always_inline))
+#define PREFETCH(address) __builtin_prefetch(address)
 #else
 #define HOT_INLINE static inline
+#define PREFETCH(address) ((void)0)
 #endif
 
 #define MIN_BODY 6
@@ -81,6 +83,7 @@ ELC_INTERNAL PyObject *elc_new_record(PyTypeObject *t, PyObject *fields[8], int 
 #define ELC_DOC(name, text) const char elc_##name##_doc[] = PyDoc_STR(text)
 
 ELC_FUNCTION(decode);          /* decode.c */
+ELC_FUNCTION(decode_stored);   /* decode.c */
 ELC_FUNCTION(slices);          /* records.c */
 ELC_FUNCTION(gather);          /* records.c */
 ELC_FUNCTION(records);         /* records.c */

@@ -25,6 +25,7 @@ elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable
 
 static PyMethodDef methods[] = {
     {"decode", elc_py_decode, METH_VARARGS, elc_decode_doc},
+    {"decode_stored", elc_py_decode_stored, METH_VARARGS, elc_decode_stored_doc},
     {"slices", elc_py_slices, METH_VARARGS, elc_slices_doc},
     {"gather", elc_py_gather, METH_O, elc_gather_doc},
     {"records", elc_py_records, METH_VARARGS, elc_records_doc},
