@@ -21,7 +21,7 @@ import numpy.typing as npt
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
 from embedlog.segment import _native
 from embedlog.segment.codecs import Compression, decompress
-from embedlog.segment.decoded import DecodedRecords
+from embedlog.segment.decoded import DecodedRecords, new_decoded
 from embedlog.segment.header import (
     COMPRESSION_MASK,
     HEADER_SIZE,
@@ -255,7 +255,7 @@ def _stored(core: _native.Core, buf: bytes, pos: int, header: BatchHeader) -> De
         bool(header.attributes & TIMESTAMP_TYPE_MASK), cols64, cols32,
     )  # fmt: skip
     offsets, timestamps, key_pos, value_pos = cols64
-    return DecodedRecords(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
+    return new_decoded(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
                           headers)  # fmt: skip
 
 
@@ -361,7 +361,7 @@ def _decode_c(
     if m == 0:
         return _empty(data)
     offsets, timestamps, key_pos, value_pos = cols64
-    return DecodedRecords(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
+    return new_decoded(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
                           headers)  # fmt: skip
 
 

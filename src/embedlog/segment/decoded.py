@@ -11,10 +11,11 @@ from itertools import repeat
 import numpy as np
 import numpy.typing as npt
 
+from embedlog._frozen import builder
 from embedlog.records import Record
 from embedlog.segment import _native
 
-__all__ = ["DecodedRecords"]
+__all__ = ["DecodedRecords", "new_decoded"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -108,6 +109,10 @@ class DecodedRecords:
                 raise IndexError(i)
             return ()
         return self.headers[i]
+
+
+new_decoded = builder(DecodedRecords)
+"""``DecodedRecords(*fields)``, its slots set directly (one is built per batch decoded)."""
 
 
 def _c64(a: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
