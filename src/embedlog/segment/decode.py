@@ -1,12 +1,13 @@
 """Decoding of a v2 batch's records section into columns (pure; no file I/O).
 
-The record layout is documented in :mod:`embedlog.segment.header`;
-:mod:`embedlog.segment.format` re-exports :class:`DecodedRecords` and :func:`decode_records`.
-Decoding validates everything (lengths, varint widths, offset deltas, exact consumption of the
-batch) and raises
+The record layout is documented in :mod:`embedlog.segment.header`; the columns are a
+:class:`~embedlog.segment.decoded.DecodedRecords`; :mod:`embedlog.segment.format` re-exports it
+and :func:`decode_records`. Decoding validates everything (lengths, varint widths, offset
+deltas, exact consumption of the batch) and raises
 :class:`~embedlog.errors.CorruptBatchError` with the batch position on any violation. The one
 sequential step -- following the chain of record lengths -- is a tight Python loop; every other
-field of every record is decoded with numpy.
+field of every record is decoded with numpy. With the compiled core a whole uncompressed batch
+of a read buffer is copied out and decoded by one call (``decode_stored``).
 """
 
 from __future__ import annotations
