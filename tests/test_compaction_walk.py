@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from embedlog import Log
 from embedlog.compaction import _native as keymap_native
 from embedlog.compaction import walk
-from embedlog.errors import EmbedlogError
+from embedlog.errors import CorruptBatchError, EmbedlogError
 from embedlog.segment import _native as codec_native
 from embedlog.segment import format as fmt
 
@@ -259,3 +259,38 @@ def test_real_kafka_folder_compacts_to_the_same_files(kafka_fixtures: pathlib.Pa
             results[name] = _fixture_files(src, tmp_path / name, "__consumer_offsets")
     assert any(len(data) for data in results["pure"].values())
     assert results["walk"] == results["pure"] and results["columns"] == results["pure"]
+
+
+def _offsets_swapped() -> bytearray:
+    """A two-record batch (a value, then a tombstone) whose records carry offset deltas 1 then
+    0, under a valid CRC: readable, but not a batch the cleaner may rewrite."""
+    raw = bytearray(fmt.encode_batch([b"x", None], keys=[b"a", b"b"], timestamps=T0))
+    h = fmt.parse_header(bytes(raw), 0)
+    at = fmt.HEADER_SIZE
+    for delta in (2, 0):  # zigzag(1), zigzag(0): both one byte, so nothing else moves
+        length, body = _varint_at(bytes(raw), at)
+        raw[_varint_at(bytes(raw), body + 1)[1]] = delta  # after attributes, timestampDelta
+        at = body + length
+    raw[17:21] = crc32c.crc32c(bytes(raw[21 : h.size])).to_bytes(4, "big")
+    return raw
+
+
+def test_records_out_of_offset_order_are_refused_as_corrupt_and_nothing_is_lost() -> None:
+    """The tombstone's delete horizon makes the cleaner encode the batch afresh; records out of
+    offset order are damage (CorruptBatchError in every mode, the files as they were), not a
+    bare ValueError from the encoder."""
+    raw = _offsets_swapped()
+    decoded = fmt.decode_records(bytes(raw), 0, fmt.parse_header(bytes(raw), 0))
+    assert [int(o) for o in decoded.offsets] == [1, 0]
+    for name in MODES:
+        with mode(name), tempfile.TemporaryDirectory() as tmp:
+            root = pathlib.Path(tmp)
+            with Log(root, clock=Clock()) as log:
+                log.create_topic("t", config=CONFIG)
+                log._append_encoded("t", 0, bytearray(raw))
+                log.roll("t", 0)
+                before = {p.name: p.read_bytes() for p in (root / "t-0").glob("*.log")}
+                with pytest.raises(CorruptBatchError, match="not increasing"):
+                    log.compact("t", now_ms=T0 + DAY)
+                after = {p.name: p.read_bytes() for p in (root / "t-0").glob("*.log")}
+                assert after == before, name

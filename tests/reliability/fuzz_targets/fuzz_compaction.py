@@ -125,7 +125,7 @@ def _outcome(p: _Pass, b: _Batch, decision: object) -> object:
     """The batch bytes ``p`` makes of ``b``, None, or the error raised (the same in both)."""
     try:
         made = p._data(b, decision)  # type: ignore[arg-type]
-    except Exception as e:  # a batch the re-encoder refuses (offset deltas out of order)
+    except CorruptBatchError as e:  # a batch the re-encoder refuses (offsets out of order)
         return type(e), str(e)
     return None if made is None else bytes(made)
 
