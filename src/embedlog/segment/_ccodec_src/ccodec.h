@@ -19,7 +19,7 @@
  * One extension module from several translation units, each owning one part:
  *   decode.c      the record walk, field columns, headers and decode()
  *   records.c     slices(), gather() and records(): Python objects from decoded columns
- *   encode.c      encode(): records sections and whole batches
+ *   encode.c      encode() and encode_listed(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
  *   module.c      the shared objects, the method table and PyInit__ccodec
@@ -78,6 +78,7 @@ ELC_FUNCTION(slices);          /* records.c */
 ELC_FUNCTION(gather);          /* records.c */
 ELC_FUNCTION(records);         /* records.c */
 ELC_FUNCTION(encode);          /* encode.c */
+ELC_FUNCTION(encode_listed);   /* encode.c */
 ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
 
