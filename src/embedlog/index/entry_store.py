@@ -332,8 +332,11 @@ class EntryStore:
         n = self._n
         if n >= self._be_buf.shape[0]:
             self._grow(n + 1)
-        _io.pwrite(self._writer_fd(), self._STRUCT.pack(*row), n * self.ENTRY_SIZE)
-        self._be_buf[n] = row
+        at = n * self.ENTRY_SIZE
+        _io.pwrite(self._fd if self._fd is not None else self._writer_fd(),
+                   self._STRUCT.pack(*row), at)
+        # The same bytes into the in-memory copy (cheaper than a structured row assignment).
+        self._STRUCT.pack_into(self._be_buf, at, *row)  # type: ignore[arg-type]
         self._key_buf[n] = key
         self._n = n + 1
 

@@ -231,6 +231,11 @@ encode_gather(EncodeState *st, PyObject *values, PyObject *keys, PyObject *heade
     }
     PyObject **vs = PySequence_Fast_ITEMS(values), **ks = keys ? PySequence_Fast_ITEMS(keys) : NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) {
+            PREFETCH(vs[i + PREFETCH_AHEAD]);
+            if (ks != NULL)
+                PREFETCH(ks[i + PREFETCH_AHEAD]);
+        }
         int rc = get_item(st, vs[i], &st->values[i]);
         if (rc == 0) {
             if (ks == NULL)
@@ -347,11 +352,30 @@ put_item(uint8_t *o, const Item *it)
     return o + it->len;
 }
 
+/* The bytes of the record the write pass reaches PREFETCH_AHEAD records later: its value's
+ * first two cache lines and last one, its key's last one (its first shares the value's
+ * object's lines or was read by the first pass). Always inlined: GCC takes a function that
+ * only prefetches for one without effect and drops its calls. */
+HOT_INLINE void
+prefetch_record(const EncodeState *st, Py_ssize_t i)
+{
+    const Item *v = &st->values[i], *k = &st->keys[i];
+    if (v->len > 0) {
+        PREFETCH(v->ptr);
+        PREFETCH(v->ptr + 64);
+        PREFETCH(v->ptr + v->len - 1);
+    }
+    if (k->len > 0)
+        PREFETCH(k->ptr + k->len - 1);
+}
+
 /* Second pass: the records, written into out[0, total). */
 static void
 encode_write(const EncodeState *st, const Deltas *tsd, const Deltas *od, uint8_t *o)
 {
     for (Py_ssize_t i = 0; i < st->n; i++) {
+        if (i + PREFETCH_AHEAD < st->n)
+            prefetch_record(st, i + PREFETCH_AHEAD);
         int64_t t = delta_at(tsd, i, 0), f = delta_at(od, i, 1);
         o = put_varint(o, zigzag(st->body[i]));
         *o++ = 0x00;
@@ -521,6 +545,8 @@ listed_deltas(PyObject *obj, Py_ssize_t n, int flags, const char *hdr, Deltas *o
             return -1;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + PREFETCH_AHEAD < n)
+                PREFETCH(items[i + PREFETCH_AHEAD]);
             if ((rc = plain_timestamp(items[i], strict, &col[i])) != 0) {
                 PyMem_Free(col);
                 return rc;
