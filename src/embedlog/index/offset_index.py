@@ -88,17 +88,20 @@ class OffsetIndex(EntryFile):
         ``append(base_offset, 0)`` on an empty index stores nothing: that entry would be all
         zero bytes, which readers take for padding, and it equals the empty-index lookup answer.
         """
-        self._check_writable()
-        offset = operator.index(offset)
-        position = operator.index(position)
-        if self.is_full:
+        if self._closed or not self.writable:
+            self._check_writable()
+        if offset.__class__ is not int:
+            offset = operator.index(offset)
+        if position.__class__ is not int:
+            position = operator.index(position)
+        n = self._n
+        if n >= self._max_entries:
             raise ValueError(
                 f"offset index {self.path} is full ({self._n} of {self._max_entries} entries)"
             )
         rel = self._relative(offset)
         if not 0 <= position <= INT32_MAX:
             raise ValueError(f"position {position} does not fit an int32 file position")
-        n = self._n
         if n:
             last_rel, last_pos = self._row(n - 1)
             if rel <= last_rel:
