@@ -326,6 +326,14 @@ class EntryStore:
         if not self.writable:
             raise ReadOnlyError(f"{type(self).__name__} {self.path} was opened read-only")
 
+    def _writer_ints(self, a: int, b: int) -> tuple[int, int]:
+        """A writer's two integer arguments as ints (``operator.index`` for any but an int),
+        after the writer check (:class:`ReadOnlyError`, or ValueError when closed)."""
+        if self._closed or not self.writable:
+            self._check_writable()
+        return (a if a.__class__ is int else operator.index(a),
+                b if b.__class__ is int else operator.index(b))
+
     def _append_entry(self, key: int, row: tuple[int, ...]) -> None:
         """Write entry ``row`` at slot ``n`` (disk first, then memory)."""
         assert self._key_buf is not None

@@ -88,12 +88,7 @@ class OffsetIndex(EntryFile):
         ``append(base_offset, 0)`` on an empty index stores nothing: that entry would be all
         zero bytes, which readers take for padding, and it equals the empty-index lookup answer.
         """
-        if self._closed or not self.writable:
-            self._check_writable()
-        if offset.__class__ is not int:
-            offset = operator.index(offset)
-        if position.__class__ is not int:
-            position = operator.index(position)
+        offset, position = self._writer_ints(offset, position)
         n = self._n
         if n >= self._max_entries:
             raise ValueError(

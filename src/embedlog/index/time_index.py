@@ -92,12 +92,7 @@ class TimeIndex(EntryFile):
         so a caller may pass per-batch maxima. ``(0, base_offset)`` on an empty index is not
         stored: it would be all zero bytes, which readers take for padding.
         """
-        if self._closed or not self.writable:
-            self._check_writable()
-        if timestamp.__class__ is not int:
-            timestamp = operator.index(timestamp)
-        if offset.__class__ is not int:
-            offset = operator.index(offset)
+        timestamp, offset = self._writer_ints(timestamp, offset)
         n = self._n
         if not skip_full_check and n >= self._max_entries - 1:
             raise ValueError(
