@@ -269,6 +269,10 @@ def test_listed_encoder_gives_way() -> None:
     hdr = bytes(61)
     assert _ccodec.encode_listed([], None, None, 1, hdr, 0) is None
     assert _ccodec.encode_listed([b"a"], [b"k", b"l"], None, 1, hdr, 0) is None
+    keys = iter([b"k"])  # nothing is consumed before giving way
+    assert _ccodec.encode_listed([b"a"], keys, None, [1.5], hdr, 0) is None
+    assert list(keys) == [b"k"]
+    assert _ccodec.encode_listed(iter([b"a"]), None, None, 1, hdr, 0) is None
     assert _ccodec.encode_listed([b"a"], None, None, [1, 2], hdr, 0) is None
     assert _ccodec.encode_listed([b"a"], None, None, np.array([1]), hdr, 0) is None
     assert _ccodec.encode_listed([b"a"], None, None, [2**63], hdr, 0) is None

@@ -571,6 +571,13 @@ listed_deltas(PyObject *obj, Py_ssize_t n, int flags, const char *hdr, Deltas *o
     return 0;
 }
 
+/* The length of a list or tuple, -1 for anything else. */
+static Py_ssize_t
+listed_size(PyObject *obj)
+{
+    return PyList_CheckExact(obj) || PyTuple_CheckExact(obj) ? PySequence_Fast_GET_SIZE(obj) : -1;
+}
+
 static void
 put_be64(char *at, int64_t v)
 {
@@ -586,8 +593,9 @@ ELC_DOC(encode_listed,
 "one int for all. header: the 61 packed header bytes; baseTimestamp becomes the first\n"
 "timestamp (flags & 4: the header's is kept and the deltas are taken from it), maxTimestamp\n"
 "the largest (flags & 8: the header's is kept); batchLength and CRC-32C are written. flags\n"
-"& 2: a bytearray. None, with nothing raised, when there are no values or a timestamp is not\n"
-"an int of int64's range, and with flags & 1 (strict: arguments not checked yet) when an\n"
+"& 2: a bytearray. None, with nothing raised, when values, keys or headers are not lists or\n"
+"tuples of one item per value, there are no values, a timestamp is not an int of int64's\n"
+"range, and with flags & 1 (strict: arguments not checked yet) when an\n"
 "item is not what append_batch takes as is: values and keys None, bytes, a bytearray or a\n"
 "C-contiguous memoryview, timestamps ints in [0, 2**63).");
 
@@ -603,21 +611,19 @@ elc_py_encode_listed(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "header must be 61 bytes");
         return NULL;
     }
-    PyObject *values = PySequence_Fast(ovalues, "values must be a sequence"), *out = NULL;
-    if (values == NULL)
-        return NULL;
-    EncodeState st = {.n = PySequence_Fast_GET_SIZE(values), .strict = flags & LISTED_STRICT};
+    /* Lists and tuples only, so that nothing is consumed (an iterator) before it may give
+     * way to the general path. */
+    Py_ssize_t n = listed_size(ovalues);
+    if (n <= 0 || (okeys != Py_None && listed_size(okeys) != n) ||
+        (oheaders != Py_None && listed_size(oheaders) != n))
+        Py_RETURN_NONE;
+    PyObject *values = ovalues, *out = NULL;
+    PyObject *keys = okeys == Py_None ? NULL : okeys;
+    PyObject *headers = oheaders == Py_None ? NULL : oheaders;
+    EncodeState st = {.n = n, .strict = flags & LISTED_STRICT};
     Deltas tsd = {.has_view = 0, .col = NULL}, od = {.has_view = 0, .col = NULL};
-    PyObject *keys = fast_or_null(okeys, st.n, "keys");
-    PyObject *headers = keys || okeys == Py_None ? fast_or_null(oheaders, st.n, "headers") : NULL;
     int64_t base, max;
-    int rc = st.n == 0 ? NOT_PLAIN : 0;
-    if (PyErr_Occurred()) { /* keys or headers not one per value: the general path says so */
-        PyErr_Clear();
-        rc = NOT_PLAIN;
-    }
-    if (rc == 0)
-        rc = listed_deltas(ots, st.n, flags, PyBytes_AS_STRING(hdr), &tsd, &base, &max);
+    int rc = listed_deltas(ots, n, flags, PyBytes_AS_STRING(hdr), &tsd, &base, &max);
     if (rc == 0)
         rc = encode_gather(&st, values, keys, headers);
     if (rc == NOT_PLAIN)
@@ -634,8 +640,5 @@ elc_py_encode_listed(PyObject *self, PyObject *args)
 done:
     encode_state_free(&st);
     PyMem_Free((void *)tsd.col);
-    Py_XDECREF(keys);
-    Py_XDECREF(headers);
-    Py_DECREF(values);
     return out;
 }
