@@ -3,9 +3,10 @@
 The C sources are compiled with ``gcc -fsanitize=address,undefined`` into a copy of the package
 in a scratch directory, and a child Python (with libasan and libubsan preloaded, since the
 interpreter itself is not instrumented) runs the differential tests (hypothesis batches and
-their damaged copies; append_batch's arguments checked by the encoder), the codec tests, the Arrow sink's differential tests (its one pass over
-stored batches, whole logs read as Arrow), the key map's differential tests, the real
-Kafka folders and the corruption corpus against it. Any sanitizer report aborts the child; the
+their damaged copies; append_batch's arguments checked by the encoder), the codec tests, the
+Arrow sink's differential tests (its one pass over stored batches, whole logs read as Arrow),
+the key map's differential tests, the real Kafka folders and the corruption corpus against
+it. Any sanitizer report aborts the child; the
 test fails on a non-zero exit.
 """
 
