@@ -38,6 +38,7 @@ from .partition import Partition, SegmentInfo
 from .partitioner import partition_for_key
 from .reader import Decode
 from .records import Header, Record, RecordBatch, RecordMetadata
+from .segment import _native
 from .segment import format as fmt
 from .segment.codecs import Compression
 from .tiering.upload import drop_below
@@ -190,7 +191,7 @@ class Log(LogFolder):
         """
         self._check_writer()
         t = self._topic(topic)
-        if headers is None and compression is None and (
+        if headers is None and compression is None and _native.CORE is not None and (
                 values.__class__ is list or values.__class__ is tuple):
             done = self._append_unchecked(t, values, keys, timestamps, partition)
             if done is not None:
