@@ -1,7 +1,8 @@
 """Build of the optional compiled cores (everything else is in pyproject.toml).
 
-``embedlog.segment._ccodec`` (the codec) and ``embedlog.compaction._ckeymap`` (the cleaner's
-key digests and key map) are compiled from C with the machine's compiler when there is one;
+``embedlog.segment._ccodec`` (the codec), ``embedlog.compaction._ckeymap`` (the cleaner's
+key digests and key map) and ``embedlog._clane`` (the producer's fast lane) are compiled from C
+with the machine's compiler when there is one;
 ``optional=True`` lets the install go on without it (for example with no compiler, or
 ``CC=false``), and embedlog then runs its pure-Python (numpy) reference code.
 
@@ -27,6 +28,12 @@ setup(
         Extension(
             "embedlog.compaction._ckeymap",
             sources=["src/embedlog/compaction/_ckeymap.c"],
+            extra_compile_args=["-O2", "-std=c99"],
+            optional=True,
+        ),
+        Extension(
+            "embedlog._clane",
+            sources=["src/embedlog/_clane.c"],
             extra_compile_args=["-O2", "-std=c99"],
             optional=True,
         ),

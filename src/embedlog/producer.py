@@ -16,11 +16,18 @@ opened, and anything else that writes to the partition (``Log.append``, another 
 records. Offsets handed out can therefore never be given to anyone else, and no lock is held
 between two ``send()`` calls.
 
+**The lane.** A plain record (an explicit partition whose batch is open, bytes key and value,
+no headers, no serializers, ``durability="none"``) is one call into the batch's lane
+(:mod:`embedlog.producer_lane`; compiled unless ``EMBEDLOG_PURE=1``): it checks the record,
+appends it to the batch's lists and returns its metadata, or declines without appending. The
+first record of a batch, the one that fills it, and every other record take the Python path,
+which makes every check and raises every error; both store the same records and bytes.
+
 An open batch is written by the one batch writer (:func:`~embedlog.batch_writer.write_records`:
 the topic's codec, timestamp type and size rules) when it reaches ``batch_size`` bytes or
 ``max_batch_records`` records, when ``linger_ms`` has passed since its first record (a
-background thread), on :meth:`Producer.flush` / :meth:`Producer.close`, or when anything else
-touches the partition.
+background thread, :mod:`embedlog.producer_linger`), on :meth:`Producer.flush` /
+:meth:`Producer.close`, or when anything else touches the partition.
 
 **Trade-off.** The alternatives were writing every record at once (a batch per record: exact
 but several times slower) or filling in offsets when the batch is written (futures, which the
@@ -74,6 +81,8 @@ from .errors import (
 )
 from .naming import PRODUCER_IDS_FILE
 from .partitioner import TopicChooser
+from .producer_lane import LaneBatch
+from .producer_linger import Linger
 from .producer_state import ProducerStamp, allocate_producer_id
 from .records import Header, RecordMetadata
 from .segment.codecs import compression_from_name
@@ -87,8 +96,6 @@ PRODUCER_IDS: Final = PRODUCER_IDS_FILE
 _RECORD_OVERHEAD: Final = 32
 """Upper bound of a record's framing (length, attributes, deltas, key/value lengths, headers
 count), so that the estimated size of a batch never falls short of the encoded one."""
-_MIN_LINGER_S: Final = 0.001
-_IDLE_EXIT_S: Final = 1.0
 _new = tuple.__new__
 _INT64_LIMIT: Final = _validate.INT64_LIMIT
 
@@ -162,24 +169,21 @@ class Producer:
         self._fsync = durability == "fsync"
         self._committing = 0  # senders waiting for their record's fsync
         self._committing_lock = threading.Lock()
-        self._linger_s = max(linger_ms / 1000, _MIN_LINGER_S)
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = partitioner
         self._plain = key_serializer is None and value_serializer is None
         self._fast = self._plain  # _plain and not _trouble: send's fast path applies
+        self._lane = self._fast and not self._fsync  # send may try the batch's lane first
         self._clock = log.clock
         self._topics: dict[str, TopicChooser] = {}
-        self._slots: dict[tuple[str, int], OpenBatch] = {}
+        self._slots: dict[tuple[str, int], LaneBatch] = {}
         self._open: dict[OpenBatch, None] = {}
         self._error: BaseException | None = None
         self._closed = False
         self._trouble = False  # _error is set, the producer is closed, or in a fork() child
         _fork.track(self)
-        self._cv = threading.Condition(threading.Lock())
-        self._flusher: threading.Thread | None = None
-        self._flusher_idle = False
-        self._stopping = False
+        self._linger = Linger(self._open, linger_ms)
         self.producer_id = -1
         self.producer_epoch = -1
         if idempotent:
@@ -203,8 +207,35 @@ class Producer:
         The record is written with its batch (see the module notes); with ``durability="fsync"``
         it is on disk when this returns. ``timestamp`` is epoch ms (default: now).
         """
-        # The common case (bytes key and value, no headers, no serializers) takes the fewest
-        # steps: this loop body is the producer's throughput.
+        # The common case (an explicit partition with an open batch, bytes key and value, no
+        # headers, no serializers, no fsync) is one call into the batch's lane: this loop body
+        # is the producer's throughput. The lane declines anything else, appending nothing.
+        now = None
+        if self._lane and headers is None and partition.__class__ is int:
+            try:
+                slot = self._slots.get((topic, partition))
+            except TypeError:  # an unhashable topic: _slot names the problem
+                slot = None
+            if slot is not None:
+                if timestamp is None:
+                    now = self._clock()
+                meta = slot.lane.add(topic, value, key, now if timestamp is None else timestamp)
+                if meta is not None:
+                    return meta
+        return self._send(topic, value, key, headers, partition, timestamp, now)
+
+    def _send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Sequence[Header] | None,
+        partition: int | None,
+        timestamp: int | None,
+        now: int | None,
+    ) -> RecordMetadata:
+        """``send`` when the lane declined: every check, and a write when the batch is full.
+        ``now``: the clock's reading ``send`` already took (for ``timestamp=None``)."""
         if self._fast and value.__class__ is bytes and key.__class__ is bytes and headers is None:
             size = _RECORD_OVERHEAD + len(value) + len(key)
         else:
@@ -223,26 +254,27 @@ class Producer:
         if size > slot.max_record:
             raise slot.too_large(size)
         if timestamp is None:
-            timestamp = self._clock()
+            timestamp = self._clock() if now is None else now
         elif timestamp.__class__ is not int or not 0 <= timestamp < _INT64_LIMIT:
             timestamp = _validate.timestamp_ms(timestamp)
         lock = slot.lock
         lock.acquire()
         if not slot.open:
-            self._reopen(slot)
-        values = slot.values
-        n = len(values)
-        values.append(value)
-        slot.keys.append(key)
-        slot.timestamps.append(timestamp)
-        if headers is not None or slot.headers is not None:
-            slot.add_headers(n, headers)
-        slot.size += size
-        offset = slot.base + n
-        full = slot.size >= slot.limit or n >= slot.last
-        if slot.log_append:
-            timestamp = slot.append_time
-        lock.release()
+            self._reopen(slot)  # raises without the lock
+        try:
+            lane = slot.lane
+            if headers is not None or slot.headers is not None:
+                lane.disarm()  # the headers column must follow every record from here on
+                n = lane.push(value, key, timestamp, size)
+                slot.add_headers(n, headers)
+            else:
+                n = lane.push(value, key, timestamp, size)
+            offset = slot.base + n
+            full = lane.size >= slot.limit or n >= slot.last
+            if slot.log_append:
+                timestamp = slot.append_time
+        finally:
+            lock.release()
         if self._fsync:
             self._commit(slot, offset, full)
         elif full:
@@ -282,7 +314,7 @@ class Producer:
             t = self._topics[name] = TopicChooser(name, count, self.log.topic_config(name).compact)
         return t
 
-    def _slot(self, topic: str, partition: int) -> OpenBatch:
+    def _slot(self, topic: str, partition: int) -> LaneBatch:
         t = self._topic(topic)
         if partition.__class__ is not int or not 0 <= partition < t.count:
             raise UnknownTopicError(
@@ -291,8 +323,9 @@ class Producer:
         stamp = None
         if self.producer_id >= 0:
             stamp = ProducerStamp(self.producer_id, self.producer_epoch)
-        slot = self._slots[(topic, partition)] = OpenBatch(
+        slot = self._slots[(topic, partition)] = LaneBatch(
             self.log._partition_of(topic, partition),
+            overhead=_RECORD_OVERHEAD,
             batch_size=self.batch_size,
             max_batch_records=self.max_batch_records,
             compression=self.compression,
@@ -302,7 +335,7 @@ class Producer:
         )
         return slot
 
-    def _reopen(self, slot: OpenBatch) -> None:
+    def _reopen(self, slot: LaneBatch) -> None:
         """Called holding ``slot.lock`` with the slot closed; returns holding it, open. Raises
         (without the lock) when the partition cannot take a batch."""
         while not slot.open:
@@ -320,7 +353,7 @@ class Producer:
         """A batch opened (under its partition's lock): the linger thread will write it."""
         self._open[slot] = None
         if not self._fsync:
-            self._wake_flusher()
+            self._linger.wake()
 
     def _closed_batch(self, slot: OpenBatch, error: BaseException | None) -> None:
         """A batch was written (under its partition's lock). Its error is kept for this
@@ -375,49 +408,6 @@ class Producer:
                 self._check()
             slot.sync()
 
-    # ------------------------------------------------------------------ linger
-
-    def _wake_flusher(self) -> None:
-        """A batch opened: make sure the background writer will look at it. It is woken only
-        when idle (every wake costs a switch of the interpreter lock); otherwise it is already
-        due to wake at the deadline of an older batch and will see this one then."""
-        with self._cv:
-            if self._flusher is None and not self._stopping:
-                self._flusher = threading.Thread(
-                    target=self._linger_loop, name="embedlog-producer-linger", daemon=True
-                )
-                self._flusher.start()
-            elif self._flusher_idle:
-                self._cv.notify()
-
-    def _linger_loop(self) -> None:
-        """Background writer of batches older than ``linger_ms``; exits when idle."""
-        linger = self._linger_s
-        while True:
-            with self._cv:
-                if self._stopping:
-                    self._flusher = None
-                    return
-                if not self._open:
-                    self._flusher_idle = True
-                    self._cv.wait(_IDLE_EXIT_S)
-                    self._flusher_idle = False
-                    if not self._open:
-                        self._flusher = None
-                        return
-                    continue
-            now = time.monotonic()
-            wait = linger
-            for slot in list(self._open):
-                left = slot.opened + linger - now
-                if left > 0:
-                    wait = min(wait, left)
-                    continue
-                slot.settle()
-            with self._cv:
-                if not self._stopping:
-                    self._cv.wait(wait)
-
     # ------------------------------------------------------------------ flush / close
 
     def flush(self) -> None:
@@ -443,12 +433,7 @@ class Producer:
         finally:
             self._closed = True
             self._set_trouble(True)
-            with self._cv:
-                self._stopping = True
-                self._cv.notify_all()
-                flusher = self._flusher
-            if flusher is not None and flusher is not threading.current_thread():
-                flusher.join()
+            self._linger.stop()
 
     def _on_fork_child(self) -> None:
         self._forked = True
@@ -467,6 +452,7 @@ class Producer:
     def _set_trouble(self, trouble: bool) -> None:
         self._trouble = trouble
         self._fast = self._plain and not trouble
+        self._lane = self._fast and not self._fsync
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition numbers of ``topic``."""

@@ -1,13 +1,13 @@
-"""The compiled codec core and key map under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""The compiled codec core, key map and producer lane under AddressSanitizer and UBSan.
 
 The C sources are compiled with ``gcc -fsanitize=address,undefined`` into a copy of the package
 in a scratch directory, and a child Python (with libasan and libubsan preloaded, since the
 interpreter itself is not instrumented) runs the differential tests (hypothesis batches and
 their damaged copies; append_batch's arguments checked by the encoder), the codec tests, the
 Arrow sink's differential tests (its one pass over stored batches, whole logs read as Arrow),
-the key map's differential tests, the real Kafka folders and the corruption corpus against
-it. Any sanitizer report aborts the child; the
-test fails on a non-zero exit.
+the key map's differential tests, the producer lane's differential tests and the producer's
+tests, the real Kafka folders and the corruption corpus against it. Any sanitizer report
+aborts the child; the test fails on a non-zero exit.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ from .workloads import scratch_dir
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # module -> its C sources (the codec is one module built from every file of its folder)
 SOURCES = {("segment", "_ccodec"): ("segment", "_ccodec_src"),
-           ("compaction", "_ckeymap"): ("compaction", "_ckeymap.c")}
+           ("compaction", "_ckeymap"): ("compaction", "_ckeymap.c"),
+           ("", "_clane"): ("", "_clane.c")}
 TESTS = [
     "tests/test_keymap_core.py",
     "tests/test_codec_core.py",
     "tests/test_append_batch_core.py",
     "tests/test_arrow_sink.py",
+    "tests/test_producer_lane.py",
+    "tests/test_producer.py",
     "tests/test_format.py",
     "tests/test_format_kafka_python.py",
     "tests/test_kafka_fixtures.py",
@@ -88,12 +91,14 @@ def test_core_under_address_and_ub_sanitizers() -> None:
     env.setdefault("EMBEDLOG_CORRUPTION_TRIALS", "1000")  # ~4x slower under the sanitizers
     check = subprocess.run(
         [sys.executable, "-c", "from embedlog.segment import _ccodec, _native; "
-         "from embedlog.compaction import _native as k; "
-         "print(_ccodec.__file__, _native.CORE is _ccodec, k.CORE.__file__)"],
+         "from embedlog.compaction import _native as k; from embedlog import producer_lane; "
+         "print(_ccodec.__file__, _native.CORE is _ccodec, k.CORE.__file__, "
+         "producer_lane._COMPILED.__file__)"],
         env=env, capture_output=True, text=True, check=False)
     keymap = built.replace(os.path.join("segment", "_ccodec"), os.path.join("compaction",
                                                                            "_ckeymap"))
-    assert check.stdout.split() == [built, "True", keymap], check.stderr[-2000:]
+    lane = built.replace(os.path.join("segment", "_ccodec"), "_clane")
+    assert check.stdout.split() == [built, "True", keymap, lane], check.stderr[-2000:]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import pytest
 
-from embedlog import checkpoint
+from embedlog import checkpoint, producer_lane
 from embedlog.records import TopicPartition
 from embedlog.segment import _native
 from embedlog.segment import format as fmt
@@ -33,9 +33,11 @@ from .workloads import scratch_dir
 
 atheris = pytest.importorskip("atheris")
 
-TARGETS = ("batch", "core", "varint", "index", "metadata", "codecs")
+TARGETS = ("batch", "core", "varint", "index", "metadata", "codecs", "lane")
 if _native.CORE is None:  # the core target exits at once without the compiled core
     TARGETS = tuple(t for t in TARGETS if t != "core")
+if producer_lane.LANE_IMPLEMENTATION != "c":  # nor the lane target without the compiled lane
+    TARGETS = tuple(t for t in TARGETS if t != "lane")
 SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "45"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,6 +96,8 @@ SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "index": _index_seeds,
     "metadata": _metadata_seeds,
     "codecs": _codec_seeds,
+    # the compiled producer lane against the pure one: programs of attach/arm/add/push steps
+    "lane": lambda: [bytes(range(256)), bytes([1, 0, 0, 3, 3, 3, 5, 4]) * 40, b"\x00" * 64],
 }
 
 
