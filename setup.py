@@ -8,19 +8,25 @@ with the machine's compiler when there is one;
 
 The codec is one module built from the C files of ``src/embedlog/segment/_ccodec_src/``
 (one part each, listed in its ``ccodec.h``); that header is in ``depends``, so an edit to it
-rebuilds the module, and setuptools puts it in the sdist with the sources.
+rebuilds the module, and setuptools puts it in the sdist with the sources. The key map is
+``_ckeymap.c``, which includes the cleaner's record walks (``_cclean.h``) and the codec's
+one-pass record reader (``ccodec.h``): both are in its ``depends``.
 """
+
+import glob
+import os
 
 from setuptools import Extension, setup
 
 CODEC = "src/embedlog/segment/_ccodec_src"
-CODEC_PARTS = ["decode", "records", "encode", "arrow_sink", "scans", "module"]
+# every C file of the folder is one part of the module (relative paths, as setuptools wants)
+CODEC_PARTS = sorted(glob.glob(os.path.join(CODEC, "*.c")))
 
 setup(
     ext_modules=[
         Extension(
             "embedlog.segment._ccodec",
-            sources=[f"{CODEC}/{part}.c" for part in CODEC_PARTS],
+            sources=CODEC_PARTS,
             depends=[f"{CODEC}/ccodec.h"],
             extra_compile_args=["-O2", "-std=c99"],
             optional=True,
@@ -28,6 +34,7 @@ setup(
         Extension(
             "embedlog.compaction._ckeymap",
             sources=["src/embedlog/compaction/_ckeymap.c"],
+            depends=["src/embedlog/compaction/_cclean.h", f"{CODEC}/ccodec.h"],
             extra_compile_args=["-O2", "-std=c99"],
             optional=True,
         ),

@@ -11,6 +11,7 @@ Runs whichever implementation ``EMBEDLOG_PURE`` selects for the rest of the suit
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ import embedlog
 from embedlog.segment import _native, decode, encode
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
+from embedlog.segment.run_records import run_records
 from helpers import both_cores, codec_core
 
 try:
@@ -223,6 +225,84 @@ def test_decoder_identical_on_random_sections(data: bytes, n: int, lod: int) -> 
     buf = _with_records(batch, data, n, 0)
     c, py = both(lambda: _outcome(buf))
     assert c == py
+
+
+@given(batches(), st.integers(0, 5), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
+       st.integers(0, 30), st.integers(0, 30), st.integers(-2, 2))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_run_records_identical(args: dict[str, Any], how: int, at: int, blob: bytes, lo: int,
+                               k: int, n_extra: int) -> None:
+    """A point read's run of records (records [lo, lo + k) of a batch's records section, cut
+    at the true record ends, damaged unless ``how`` is 5, claiming ``n_extra`` more records
+    than it holds): the compiled one-pass ``run_records`` gives the pure decoder's records, or
+    its error."""
+    args = {**args, "compression": Compression.NONE}
+    try:
+        batch = fmt.encode_batch(**args)
+    except ValueError:
+        assume(False)
+    header = fmt.parse_header(batch, 0)
+    section = batch[fmt.HEADER_SIZE:]
+    starts, end = decode._walk(section, header.records_count)
+    ends = [*starts[1:], end]
+    assume(header.records_count > 0)
+    lo = min(lo, header.records_count - 1)
+    hi = min(header.records_count, lo + max(k, 1))
+    run = section[starts[lo]:ends[hi - 1]]
+    run = run if how == 5 else _damage(run, how, at, blob)
+    n = max(0, hi - lo + n_extra)
+    c, py = both(lambda: run_records(run, n, header, 1000, "t", 3))
+    assert c == py
+    if how == 5 and n_extra == 0:
+        cut = fmt.decode_records(batch, 0, header).slice(lo, hi)
+        assert c == cut.records("t", 3, header.timestamp_type)
+        one_pass = _ccodec.run_records(
+            embedlog.Record, "t", 3, header.timestamp_type, run, n, header.base_offset,
+            header.base_timestamp, header.max_timestamp, header.last_offset_delta,
+            header.timestamp_type == 1)
+        assert (one_pass is None) == any(cut.headers or ())  # taken unless headers
+
+
+@given(st.binary(max_size=200), st.integers(0, 40))
+@settings(max_examples=300, deadline=None)
+def test_run_records_identical_on_random_runs(data: bytes, n: int) -> None:
+    header = fmt.parse_header(fmt.encode_batch([b"x"] * 64, timestamps=5, base_offset=7), 0)
+    c, py = both(lambda: run_records(data, n, header, 0, "t", 0))
+    assert c == py
+
+
+def test_run_records_are_untracked_when_atomic() -> None:
+    buf = fmt.encode_batch([b"a", None] * 8, keys=[None, b"k"] * 8, timestamps=1)
+    header = fmt.parse_header(buf)
+    with _core(_ccodec):
+        rs = run_records(buf[fmt.HEADER_SIZE:], 16, header, 0, "t", 0)
+        assert gc.is_tracked(run_records(buf[fmt.HEADER_SIZE:], 16, header, 0, _Topic("t"),
+                                         0)[0])
+    assert rs[1] == embedlog.Record("t", 0, 1, 1, 0, b"k", None, ())
+    assert type(rs[0]) is embedlog.Record and not gc.is_tracked(rs[0])
+    with pytest.raises(TypeError):
+        _ccodec.run_records(_Topic, "t", 0, 0, b"", 1, 0, 0, 0, 0, False)  # not a Record type
+
+
+def test_file_identity_is_the_fstat_fields(tmp_path: Any) -> None:
+    """The segment file identity the point-read memo keys by: what os.fstat gives, through
+    either core; a closed descriptor raises OSError as os.fstat does."""
+    from embedlog.segment import crc_memo
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 1000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        c, py = both(lambda: crc_memo.identity(fd))
+        assert c == py == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        os.utime(path, ns=(5, 2**62))  # past 2**32 seconds
+        assert both(lambda: crc_memo.identity(fd))[0][3] == 2**62
+    finally:
+        os.close(fd)
+    c, py = both(lambda: crc_memo.identity(fd))
+    assert c[:2] == py[:2] == ("raised", OSError)
+    with pytest.raises(OSError):
+        _ccodec.file_identity(-1)
 
 
 # --------------------------------------------------------------------------- objects

@@ -87,13 +87,13 @@ def test_a_remembered_batch_is_read_with_one_small_pread(tmp_path: pathlib.Path,
     folder = _written(tmp_path / "log", [b"%05d" % i * 20 for i in range(500)])
     from embedlog.segment.files import SegmentFiles
     reads: list[int] = []
-    real = SegmentFiles.pread
+    real = SegmentFiles.pread_pinned  # every read of a .log (pread pins, then calls it)
 
     def pread(self: SegmentFiles, position: int, length: int) -> bytes:
         reads.append(length)
         return real(self, position, length)
 
-    monkeypatch.setattr(SegmentFiles, "pread", pread)
+    monkeypatch.setattr(SegmentFiles, "pread_pinned", pread)
     with embedlog.open(folder, read_only=True) as log:
         first = next(log.read("t", 0, 123, max_records=1))
         assert max(reads) > 50_000  # the first read takes the whole batch
@@ -222,3 +222,151 @@ def test_a_segment_with_nothing_remembered_takes_no_file_identity(
         for o in (5, 45, 85, 5):
             assert next(view.read("t", 0, o, max_records=1)).value == b"%d-%d" % (o // 40, o % 40)
     assert taken == [] and not point_memo._table
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_bounded_reads_answered_from_remembered_batches_equal_whole_reads(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+        seed: int) -> None:
+    """Reads with ``max_records`` and ``end_offset`` (across batch and segment ends, into
+    transaction markers' offsets, below the log start), by the writer and by a view: the
+    records (or the error) of a whole read, whether the remembered batch answered or not."""
+    from embedlog import partition_read
+    rng = random.Random(seed)
+    answered: list[int] = []
+    real = partition_read._remembered
+
+    def spy(*args: object) -> list[embedlog.Record] | None:
+        found = real(*args)  # type: ignore[arg-type]
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(partition_read, "_remembered", spy)
+    folder = tmp_path_factory.mktemp("fast") / "log"
+    with embedlog.open(folder) as writer:
+        _fill(writer, rng, 30)
+        cut = writer.delete_records("t", 0, rng.randrange(writer.end_offset("t", 0) // 3))
+        end = writer.end_offset("t", 0)
+        probes = [(rng.randrange(end + 1), rng.choice([1, 1, 1, 3, 50]),
+                   rng.choice([None, None, rng.randrange(end + 5)])) for _ in range(250)]
+        probes += [(rng.randrange(cut), 1, None)] if cut else []
+        for view in (writer, embedlog.open(folder, read_only=True)):
+            whole = {r.offset: r for r in view.read("t", 0, cut, end_offset=end)}
+            for _ in range(2):
+                for offset, k, stop in probes:
+                    got = _outcome(view, offset, k, stop)
+                    if offset < cut:
+                        assert got[0] == "OffsetOutOfRangeError"
+                        continue
+                    want = [whole[o] for o in sorted(whole)
+                            if o >= offset and (stop is None or o < stop)][:k]
+                    assert got == ("ok", want)
+            if view is not writer:
+                view.close()
+    assert any(answered) and not all(answered)
+
+
+def _outcome(log: embedlog.Log, offset: int, k: int, stop: int | None = None
+             ) -> tuple[str, object]:
+    try:
+        return "ok", list(log.read("t", 0, offset, max_records=k, end_offset=stop))
+    except embedlog.errors.EmbedlogError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def test_a_remembered_point_read_makes_no_index_lookup(tmp_path: pathlib.Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch is found among the remembered ones by offset: no offset-index lookup, no
+    walk from the index's position (and no lstat of a live segment's index)."""
+    folder = _written(tmp_path / "log", *([b"%d-%d" % (b, i) for i in range(40)]
+                                          for b in range(6)))
+    from embedlog.segment.segment import Segment
+    looked: list[int] = []
+    real = Segment._indexed_position
+
+    def spy(self: Segment, offset: int) -> int:
+        looked.append(offset)
+        return real(self, offset)
+
+    monkeypatch.setattr(Segment, "_indexed_position", spy)
+    with embedlog.open(folder, read_only=True) as view:
+        for o in range(3, 240, 40):
+            assert next(view.read("t", 0, o, max_records=1)).value == b"%d-3" % (o // 40)
+        assert len(looked) == 6
+        looked.clear()
+        for o in range(5, 240, 17):
+            assert next(view.read("t", 0, o, max_records=1)).value == b"%d-%d" % (o // 40,
+                                                                                 o % 40)
+        assert looked == []
+
+
+def _header(base: int, count: int) -> fmt.BatchHeader:
+    batch = fmt.encode_batch([b"v"] * count, base_offset=base, timestamps=1)
+    return fmt.parse_header(batch, 0)
+
+
+def test_batches_out_of_order_with_the_remembered_ones_are_not_remembered() -> None:
+    """By offset and by position the remembered batches of one file keep one order, with no
+    overlap: a batch breaking it (only in a damaged file) is not remembered."""
+    key = (point_memo.new_owner(), (1, 2, 3, 4))
+
+    def remember(position: int, base: int, count: int = 20) -> bool:
+        header = _header(base, count)
+        batch = fmt.encode_batch([b"v"] * count, base_offset=base, timestamps=1)
+        point_memo.remember(key, position, header, fmt.decode_records(batch, 0, header))
+        return point_memo.get(key, position) is not None
+
+    assert remember(1000, 100)
+    assert not remember(500, 200)  # later offsets at an earlier position
+    assert not remember(2000, 110)  # offsets overlapping the batch at 1000
+    assert not remember(2000, 80)  # overlapping it from below
+    assert remember(2000, 120) and remember(10, 0)
+    found = point_memo.find(key, 125, 10**6, 3)
+    assert found is not None and found[0].position == 2000 and found[3] == 3
+    assert point_memo.find(key, 20, 10**6, 1) is None  # between remembered batches
+    assert point_memo.find(key, 119, 10**6, 5) is None  # fewer than wanted, more to read
+    last = point_memo.find(key, 119, 120, 5)
+    assert last is not None and last[0].position == 1000 and last[3] == 1
+
+
+def test_a_view_whose_segment_vanished_reads_as_the_scan_does(tmp_path: pathlib.Path) -> None:
+    """A remembered segment deleted under a view, its descriptor closed meanwhile: the point
+    read leaves it to the scan (which lists the folder again), and answers as a view that
+    never remembered it."""
+    folder = tmp_path / "log"
+    with embedlog.open(folder) as log:
+        log.create_topic("t", config={"segment.bytes": 4096})
+        for b in range(12):
+            log.append_batch("t", [b"%02d-%02d" % (b, i) * 4 for i in range(20)], partition=0)
+        with embedlog.open(folder, read_only=True) as view, \
+                embedlog.open(folder, read_only=True) as fresh:
+            assert next(view.read("t", 0, 25, max_records=1)).value == b"01-05" * 4
+            assert point_memo.holds(view._partition_of("t", 0).segments[0]._point_owner)
+            for seg in view._partition_of("t", 0).segments:
+                seg.release_handles()
+            log.delete_records("t", 0, 200)
+            for o in (25, 230):
+                assert _outcome(view, o, 1) == _outcome(fresh, o, 1)
+
+
+def test_a_file_changed_in_place_is_never_answered_from_the_memo(tmp_path: pathlib.Path
+                                                                ) -> None:
+    """A remembered segment's bytes rewritten in place (same size, a new modification time):
+    the point read does not take the remembered batch, it reads the batch again, and its CRC
+    check finds the damage."""
+    folder = _written(tmp_path / "log", [b"v%04d" % i * 8 for i in range(200)])
+    log_file = next((folder / "t-0").glob("*.log"))
+    with embedlog.open(folder, read_only=True) as view:
+        assert next(view.read("t", 0, 150, max_records=1)).value == b"v0150" * 8
+        assert next(view.read("t", 0, 151, max_records=1)).value == b"v0151" * 8
+        data = bytearray(log_file.read_bytes())
+        at = data.index(b"v0151" * 8)
+        data[at:at + 5] = b"X0151"
+        with open(log_file, "r+b") as f:  # in place: the same inode, the same size
+            f.write(data)
+        st = os.stat(log_file)
+        os.utime(log_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        with pytest.raises(CorruptBatchError):
+            next(view.read("t", 0, 151, max_records=1))

@@ -75,24 +75,31 @@ class HandleCache:
         return self._used
 
     def pin(self, owner: Owner) -> None:
-        """``owner`` is about to use its descriptors: it is not released until :meth:`unpin`."""
+        """``owner`` is about to use its descriptors: it is not released until :meth:`unpin`
+        (which makes it the most recently used: a pinned owner is never released, so where
+        it stands in the LRU meanwhile does not matter)."""
         with self._lock:
             self._pins[owner] = self._pins.get(owner, 0) + 1
-            if owner in self._lru:
-                self._lru.move_to_end(owner)
 
-    def unpin(self, owner: Owner, held: int) -> None:
-        """``owner`` is done and now holds ``held`` descriptors; release others over budget."""
+    def unpin(self, owner: Owner, held: int | None) -> None:
+        """``owner`` is done and now holds ``held`` descriptors; release others over budget.
+        ``held=None``: it opened and closed nothing while pinned (it holds the descriptors
+        last counted, by whoever opened or closed one)."""
         with self._lock:
             n = self._pins[owner] - 1
             if n:
                 self._pins[owner] = n
             else:
                 del self._pins[owner]
+            if held is None:
+                if owner in self._lru:
+                    self._lru.move_to_end(owner)
+                return
             self._used += held - self._lru.pop(owner, 0)
             if held:
                 self._lru[owner] = held
-            self._shrink()
+            if self._used > self.budget:
+                self._shrink()
 
     def forget(self, owner: Owner) -> None:
         """``owner`` closed (or retired) its descriptors: stop counting them."""

@@ -332,8 +332,9 @@ def record(value: object, key: object, hdrs: object) -> tuple[Any, Any, list[Hea
 def read_range(start: object, end: object, max_records: object
                ) -> tuple[int | None, int | None, int | None]:
     """A read's optional start and end offsets and record count."""
-    return (optional(offset, start, "offset"), optional(offset, end, "end_offset"),
-            optional(count, max_records, "max_records"))
+    return (None if start is None else offset(start, "offset"),
+            None if end is None else offset(end, "end_offset"),
+            None if max_records is None else count(max_records, "max_records"))
 
 
 def compact_args(now_ms: object, map_bytes: object) -> tuple[int | None, int | None]:

@@ -42,6 +42,7 @@ from .errors import OffsetOutOfRangeError, StorageError
 from .records import Record
 from .segment import format as fmt
 from .segment.rules import OverlapError
+from .segment.run_records import run_records
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
@@ -269,12 +270,58 @@ def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int,
 
 def read(p: Readable, start: int | None, end: int | None,
          max_records: int | None) -> Iterator[Record]:
-    """Records from ``start`` (:func:`embedlog.reader.records`); a bounded read of a view below
-    its known end reads the known records first (:func:`_read_known`)."""
-    if p.writable or max_records is None or start is None or start >= p.end_offset:
+    """Records from ``start`` (:func:`embedlog.reader.records`); a bounded read from a known
+    offset is answered from one remembered batch when it can be (:func:`_remembered`)."""
+    if max_records is None or start is None:
         return reader.records(p.topic, p.partition,
                               batches(p, start, end, False, max_records), max_records)
-    return _read_known(p, start, end, max_records)
+    return _bounded(p, start, end, max_records)
+
+
+def _bounded(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:
+    """:func:`read` of at most ``max_records`` from ``start``: from one remembered batch, or
+    the scan; a view below its known end reads the known records first (:func:`_read_known`),
+    else it refreshes."""
+    found = _remembered(p, start, end, max_records)
+    if found is not None:
+        yield from found
+    elif p.writable or start >= p.end_offset:
+        yield from reader.records(p.topic, p.partition,
+                                  batches(p, start, end, False, max_records), max_records)
+    else:
+        yield from _read_known(p, start, end, max_records)
+
+
+def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[Record] | None:
+    """The records of a bounded read from ``start`` when one batch the point-read memo holds
+    (:meth:`Segment.remembered_span <embedlog.segment.segment.Segment.remembered_span>`)
+    answers all of it, as the scan would (``wanted`` records of it, or those up to the end the
+    read stops at); None otherwise, and for anything the scan handles on its own (an offset
+    out of range or below the local segments, a segment gone or swapped under a view): the
+    read then takes the scan, which answers or raises."""
+    with p.lock:
+        bases = p._bases
+        i = bisect.bisect_right(bases, start) - 1
+        if i < 0 or start < p.start_offset:
+            return None
+        known = p.end_offset
+        seg = p.segments[i]
+        ceiling = bases[i + 1] if i + 1 < len(bases) else None
+    stop = known if end is None or end > known else end
+    if start >= stop or wanted < 1:
+        return None
+    try:
+        run = seg.remembered_span(start, stop, wanted)
+    except StorageError:  # the scan meets it too (a view's then lists the folder again)
+        return None
+    if run is None:
+        return None
+    header, data, n, position = run
+    if n < wanted and not (p.writable or stop == end):
+        return None  # a view reads on past its known end (_read_known)
+    if ceiling is not None and header.last_offset >= ceiling:
+        return None  # damage the scan reports (reader.scan's check_ceiling)
+    return run_records(data, n, header, position, p.topic, p.partition)
 
 
 def _read_known(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:

@@ -33,9 +33,9 @@ from .workloads import scratch_dir
 
 atheris = pytest.importorskip("atheris")
 
-TARGETS = ("batch", "core", "varint", "index", "metadata", "codecs", "lane")
-if _native.CORE is None:  # the core target exits at once without the compiled core
-    TARGETS = tuple(t for t in TARGETS if t != "core")
+TARGETS = ("batch", "core", "varint", "index", "metadata", "codecs", "lane", "compaction")
+if _native.CORE is None:  # the core targets exit at once without the compiled cores
+    TARGETS = tuple(t for t in TARGETS if t not in ("core", "compaction"))
 if producer_lane.LANE_IMPLEMENTATION != "c":  # nor the lane target without the compiled lane
     TARGETS = tuple(t for t in TARGETS if t != "lane")
 SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "45"))
@@ -88,6 +88,27 @@ def _core_seeds() -> list[bytes]:
     return _batch_seeds() + [b"\x00" + batch for batch in plain]
 
 
+def _compaction_seeds() -> list[bytes]:
+    """Runs of uncompressed batches: plain, with tombstones and null keys, with headers, with a
+    delete horizon, LogAppendTime."""
+    runs = []
+    for mode in (0x00, 0x1D, 0x2A, 0x37):
+        run, base = b"", 10
+        for i in range(4):
+            n = 3 + i
+            raw = fmt.encode_batch(
+                [None if (j + i) % 3 == 0 else b"v%d" % j for j in range(n)],
+                keys=[None if j == 4 else b"k%d" % ((j * 7 + i) % 5) for j in range(n)],
+                headers=[[("h", b"x")] if i == 2 and j == 1 else None for j in range(n)],
+                timestamps=[1_700_000_000_000 + j for j in range(n)], base_offset=base,
+                timestamp_type=1 if i == 3 else 0,
+                delete_horizon_ms=1_700_000_000_000 + 86_400_000 if i == 1 else None)
+            run += raw
+            base += n
+        runs.append(bytes([mode]) + run)
+    return runs
+
+
 SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "batch": _batch_seeds,
     "core": _core_seeds,  # the compiled decoder (and Arrow sink) against the pure decoder
@@ -98,6 +119,7 @@ SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "codecs": _codec_seeds,
     # the compiled producer lane against the pure one: programs of attach/arm/add/push steps
     "lane": lambda: [bytes(range(256)), bytes([1, 0, 0, 3, 3, 3, 5, 4]) * 40, b"\x00" * 64],
+    "compaction": _compaction_seeds,  # the cleaner's compiled walks against decoded columns
 }
 
 

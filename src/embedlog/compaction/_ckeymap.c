@@ -78,25 +78,40 @@ columns(PyObject **objs, const Py_ssize_t *sizes, const int *writable, const int
 
 /* ----------------------------------------------------------------------------- digests */
 
-static uint64_t
+static inline uint64_t
 key_word(const uint8_t *key, int64_t left)
 {
     uint64_t w = 0;
-    int64_t take = left < 8 ? left : 8;
-    for (int64_t b = 0; b < take; b++)
+    if (left >= 8) { /* a whole word, little-endian */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(&w, key, 8);
+        return w;
+#else
+        left = 8;
+#endif
+    }
+    for (int64_t b = 0; b < left; b++)
         w |= (uint64_t)key[b] << (8 * b);
     return w;
 }
 
-static uint64_t
-digest_lane(const uint8_t *key, int64_t len, uint64_t seed, uint64_t other_seed, int lane)
+/* The two lanes of a key's digest (digest.py), in one pass over its words: lane l is
+ * fin_{1-l}(sum_j mix_l(w_j ^ (seed_l + j * POSITION)) ^ mix_l(len ^ seed_{1-l})). */
+static inline void
+digest_pair(const uint8_t *key, int64_t len, uint64_t seed0, uint64_t seed1, uint64_t *k0,
+            uint64_t *k1)
 {
-    uint64_t h = 0;
+    uint64_t h0 = 0, h1 = 0;
     int64_t nwords = (len + 7) >> 3;
-    for (int64_t j = 0; j < nwords; j++)
-        h += mix(key_word(key + 8 * j, len - 8 * j) ^ (seed + (uint64_t)j * POSITION), lane);
-    h ^= mix((uint64_t)len ^ other_seed, lane);
-    return mix(h, 1 - lane);
+    for (int64_t j = 0; j < nwords; j++) {
+        uint64_t w = key_word(key + 8 * j, len - 8 * j);
+        h0 += mix(w ^ (seed0 + (uint64_t)j * POSITION), 0);
+        h1 += mix(w ^ (seed1 + (uint64_t)j * POSITION), 1);
+    }
+    h0 ^= mix((uint64_t)len ^ seed1, 0);
+    h1 ^= mix((uint64_t)len ^ seed0, 1);
+    *k0 = mix(h0, 1);
+    *k1 = mix(h1, 0);
 }
 
 PyDoc_STRVAR(digests_doc,
@@ -131,8 +146,7 @@ py_digests(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "key extends past the digest buffer");
             return NULL;
         }
-        out0[i] = digest_lane(buf + p, len, seed0, seed1, 0);
-        out1[i] = digest_lane(buf + p, len, seed1, seed0, 1);
+        digest_pair(buf + p, len, seed0, seed1, &out0[i], &out1[i]);
     }
     release(v, 5);
     Py_RETURN_NONE;
@@ -230,8 +244,12 @@ py_get(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#include "_cclean.h"
+
 static PyMethodDef methods[] = {
     {"digests", py_digests, METH_VARARGS, digests_doc},
+    {"map_batches", py_map_batches, METH_VARARGS, map_batches_doc},
+    {"filter_batches", py_filter_batches, METH_VARARGS, filter_batches_doc},
     {"put", py_put, METH_VARARGS, put_doc},
     {"get", py_get, METH_VARARGS, get_doc},
     {NULL, NULL, 0, NULL},

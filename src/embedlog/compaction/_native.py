@@ -27,6 +27,14 @@ class KeymapCore(Protocol):
     def get(self, lane0: Any, lane1: Any, value: Any, keys0: Any, keys1: Any, out: Any,
             /) -> None: ...
 
+    def map_batches(self, buf: Any, table: Any, first_dirty: int, seed0: int, seed1: int,
+                    lane0: Any, lane1: Any, value: Any, /) -> tuple[int, list[int]]: ...
+
+    def filter_batches(self, buf: Any, table: Any, first_dirty: int, end_offset: int,
+                       survivors: Any, lane0: Any, lane1: Any, value: Any, map_size: int,
+                       seed0: int, seed1: int, out: Any,
+                       /) -> tuple[list[bytes | None], int]: ...
+
 
 CORE = cast("KeymapCore | None", load_compiled("embedlog.compaction._ckeymap"))
 """The compiled key map, or None (numpy reference). Read at each call, so a test may set it to

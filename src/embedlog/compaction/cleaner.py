@@ -27,6 +27,11 @@
    * nothing kept: the batch disappears, unless it is a producer's last batch or the last one
      below the end offset, which keep their 61-byte header (``recordsCount`` 0).
 
+Uncompressed data batches are read and decided by the compiled walk (:mod:`.walk`), which
+also builds the shrunk batches; compressed ones, and any batch it does not read, from decoded
+columns (:mod:`.columns`). Both give the same bytes: a batch's records are copied (not
+re-encoded) exactly when that batch's varints are all minimal.
+
 The pass checks ``should_stop`` between batches and raises :class:`Cancelled` (nothing swapped
 in by then is undone: every swap is complete on its own).
 """
@@ -48,6 +53,7 @@ from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
 from ..segment import format as fmt
 from ..segment.segment import Segment
+from . import walk
 from .columns import Columns, decode_batches, section
 from .digest import Digester, padded
 from .mapping import KeyMapper, KnownChunk
@@ -84,12 +90,19 @@ class PassResult:
 
 @dataclass(slots=True)
 class _Batch:
+    buf: bytes  # the segment read holding it, at pos
+    pos: int
     raw: memoryview
     header: fmt.BatchHeader
     known: tuple[KnownChunk, int, int] | None = None
     aborted: bool = False
     control_kind: int | None = None
     discardable: bool = False  # control batch whose transaction is gone
+
+
+_Decision = tuple[Bools, Bools, Columns | None, int] | walk.Outcome
+"""A data batch's keep/drop decision: per record kept and null value, with the decoded columns
+holding its records and where they start there (or None); or the compiled walk's outcome."""
 
 
 def _isin_sorted(values: I64, sorted_array: I64) -> Bools:
@@ -184,7 +197,7 @@ class _Pass:
                 size = 0
                 for buf, pos, h in seg.batches(0):
                     self._check_stop()
-                    chunk.append(_Batch(memoryview(buf)[pos : pos + h.size], h))
+                    chunk.append(_Batch(buf, pos, memoryview(buf)[pos : pos + h.size], h))
                     size += h.size
                     if size >= self.chunk_bytes or len(chunk) >= 4096:
                         self._filter(chunk, out)
@@ -207,8 +220,7 @@ class _Pass:
     def _filter(self, chunk: list[_Batch], out: Segment) -> None:
         if not chunk:
             return
-        to_decode: list[_Batch] = []
-        from_known: list[_Batch] = []
+        walked: list[_Batch] = []
         for b in chunk:
             h = b.header
             if h.is_control:
@@ -216,17 +228,38 @@ class _Pass:
                 b.discardable = self.txn.on_control_batch(h, b.control_kind)
             else:
                 b.aborted = self.txn.on_data_batch(h)
-                if b.aborted or not h.records_count:
-                    continue
-                b.known = self.known.get(h.base_offset)
-                (from_known if b.known is not None else to_decode).append(b)
-        keep: dict[int, tuple[Bools, Bools, Columns | None, int]] = {}
+                if not b.aborted and h.records_count:
+                    walked.append(b)
+        keep: dict[int, _Decision] = {}
+        left = self._decide_walked(walked, keep)
+        for b in left:
+            b.known = self.known.get(b.header.base_offset)
+        to_decode = [b for b in left if b.known is None]
+        from_known = [b for b in left if b.known is not None]
         if to_decode:
             self._decide_decoded(to_decode, keep)
         if from_known:
             self._decide_known(from_known, keep)
         for b in chunk:
             self._emit(b, keep.get(id(b)), out)
+
+    def _decide_walked(self, batches: list[_Batch], keep: dict[int, _Decision]) -> list[_Batch]:
+        """Decide on the batches the compiled walk reads (:mod:`.walk`); returns the others."""
+        left = [b for b in batches if not walk.readable(b.header)]
+        by_id = {id(b.header): b for b in batches}
+        for run in walk.runs([(b.buf, b.pos, b.header) for b in batches
+                              if walk.readable(b.header)]):
+            outcomes, gone = walk.filter_run(
+                run, omap=self.map, digester=self.digester, survivors=self.survivors,
+                first_dirty=self.first_dirty, end_offset=self.end_offset, now=self.now,
+            )  # fmt: skip
+            self.stats.tombstones_removed += gone
+            for (_, _, h), o in zip(run, outcomes, strict=True):
+                if o.how == walk.NOT_READ:
+                    left.append(by_id[id(h)])
+                else:
+                    keep[id(by_id[id(h)])] = o
+        return left
 
     def _expired(self, batches: Sequence[_Batch], counts: I64) -> Bools:
         """Per record: its batch carries a delete horizon that has passed."""
@@ -236,9 +269,7 @@ class _Pass:
         ]
         return np.repeat(np.array(gone, np.bool_), counts)
 
-    def _decide_decoded(
-        self, batches: list[_Batch], keep: dict[int, tuple[Bools, Bools, Columns | None, int]]
-    ) -> None:
+    def _decide_decoded(self, batches: list[_Batch], keep: dict[int, _Decision]) -> None:
         cols = decode_batches([(b.raw, b.header) for b in batches])
         r = cols.records
         offsets = r.offsets
@@ -263,9 +294,7 @@ class _Pass:
             lo, hi = cols.of_batch(i)
             keep[id(b)] = (kept[lo:hi], tomb[lo:hi], cols, lo)
 
-    def _decide_known(
-        self, batches: list[_Batch], keep: dict[int, tuple[Bools, Bools, Columns | None, int]]
-    ) -> None:
+    def _decide_known(self, batches: list[_Batch], keep: dict[int, _Decision]) -> None:
         parts = [b.known for b in batches if b.known is not None]
         counts = np.fromiter((hi - lo for _, lo, hi in parts), np.int64, len(parts))
         delta = np.concatenate([c.delta[lo:hi] for c, lo, hi in parts])
@@ -287,9 +316,7 @@ class _Pass:
         range, keeps its header even with no record left."""
         return self.plog.keeps_header(h) or h.next_offset == self.first_uncleanable
 
-    def _emit(
-        self, b: _Batch, decision: tuple[Bools, Bools, Columns | None, int] | None, out: Segment
-    ) -> None:
+    def _emit(self, b: _Batch, decision: _Decision | None, out: Segment) -> None:
         h = b.header
         s = self.stats
         s.bytes_read += h.size
@@ -301,15 +328,7 @@ class _Pass:
             batch = self._empty(h) if self._retains_header(h) else None
         else:
             assert decision is not None
-            kept, tomb, cols, lo = decision
-            n = int(kept.sum())
-            s.records_retained += n
-            if n == 0:
-                batch = self._empty(h) if self._retains_header(h) else None
-            elif h.has_delete_horizon or not bool((tomb & kept).any()):
-                batch = b.raw if n == h.records_count else self._shrunk(b, kept, cols, lo)
-            else:
-                batch = self._reencode(b, kept, self.now + self.config.delete_retention_ms)
+            batch = self._data(b, decision)
         if batch is None:
             s.batches_removed += 1
             return
@@ -322,6 +341,30 @@ class _Pass:
             s.batches_rebuilt += 1
         s.bytes_written += len(batch)
         out.append(batch, header)
+
+    def _data(self, b: _Batch, decision: _Decision) -> bytes | memoryview | None:
+        """The data batch ``b`` after the keep/drop decision on its records (None: dropped)."""
+        h = b.header
+        if isinstance(decision, walk.Outcome):
+            if decision.how == walk.REENCODE:  # decided below from its records' flags
+                assert decision.payload is not None
+                mask = np.frombuffer(decision.payload, np.uint8)
+                decision = ((mask & 1).astype(np.bool_), (mask & 2).astype(np.bool_), None, 0)
+            else:
+                self.stats.records_retained += decision.kept
+                if decision.how == walk.COPIED:
+                    return b.raw
+                if decision.how == walk.SHRUNK:
+                    return decision.payload
+                return self._empty(h) if self._retains_header(h) else None
+        kept, tomb, cols, lo = decision
+        n = int(kept.sum())
+        self.stats.records_retained += n
+        if n == 0:
+            return self._empty(h) if self._retains_header(h) else None
+        if h.has_delete_horizon or not bool((tomb & kept).any()):
+            return b.raw if n == h.records_count else self._shrunk(b, kept, cols, lo)
+        return self._reencode(b, kept, self.now + self.config.delete_retention_ms)
 
     def _control(self, b: _Batch) -> bytes | memoryview | None:
         h = b.header
@@ -352,7 +395,7 @@ class _Pass:
         h = b.header
         starts: npt.NDArray[np.integer]
         ends: npt.NDArray[np.integer]
-        if cols is not None and cols.bounds is not None:
+        if cols is not None and cols.bounds is not None and cols.exact(lo):
             data: bytes | memoryview = cols.records.data
             starts = cols.bounds[lo : lo + len(kept)]
             ends = cols.bounds[lo + 1 : lo + len(kept) + 1]

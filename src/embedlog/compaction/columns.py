@@ -27,6 +27,7 @@ from ..segment.codecs import Compression, decompress
 __all__ = ["Columns", "decode_batches", "section"]
 
 I64 = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 
 MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
 """Bound on one batch's decompressed records section (as :func:`fmt.decode_records`)."""
@@ -51,19 +52,28 @@ class Columns:
     ``records`` holds the columns over ``records.data`` (the sections back to back) with
     absolute offsets and timestamps; ``first[b]`` is the index of batch ``b``'s first record
     and ``first[-1]`` the record count; ``sections[b]`` is where batch ``b``'s section starts
-    in ``records.data``. ``bounds[i]:bounds[i + 1]`` are record ``i``'s bytes there (``None``
-    when the records are not laid out with minimal varints, so their bytes cannot be copied
-    on their own).
+    in ``records.data``. ``bounds[i]:bounds[i + 1]`` are record ``i``'s bytes there, for the
+    records of the batches laid out with minimal varints (the only ones whose bytes can be
+    copied on their own: ``inexact`` marks the records of the others, None when there is
+    none); ``bounds`` is None when no batch is. Whether a batch's records are exact depends
+    on that batch alone, not on the batches decoded with it.
     """
 
     records: fmt.DecodedRecords
     first: I64
     sections: I64
     bounds: I64 | None
+    inexact: Bools | None = None
 
     def of_batch(self, b: int) -> tuple[int, int]:
         """``(first record, end record)`` of batch ``b``."""
         return int(self.first[b]), int(self.first[b + 1])
+
+    def exact(self, record: int) -> bool:
+        """Whether the bytes of the batch holding ``record`` can be copied record by record."""
+        if self.bounds is None:
+            return False
+        return self.inexact is None or not (record < len(self.inexact) and self.inexact[record])
 
 
 def _header_bytes(headers: tuple[tuple[str, bytes | None], ...]) -> int:
@@ -175,9 +185,19 @@ def _decode_one_by_one(
     parts: list[bytes | memoryview],
     sections: I64,
 ) -> Columns:
-    """The slow path: each batch decoded (and validated) on its own, then concatenated."""
+    """The slow path: each batch decoded (and validated) on its own, then concatenated; the
+    record bounds of each batch laid out with minimal varints."""
     decoded = [fmt.decode_records(raw, 0, h) for raw, h in batches]
-    moved = np.repeat(sections[:-1], np.diff(first))
+    counts = np.diff(first)
+    moved = np.repeat(sections[:-1], counts)
+    bounds = np.repeat(sections[:-1], counts)  # an inexact batch: its records all at its start
+    exact = np.zeros(len(decoded), np.bool_)
+    for b, part in enumerate(parts):
+        if counts[b]:
+            one = _batch_bounds(part, int(counts[b]))
+            if one is not None:
+                bounds[first[b] : first[b + 1]] = one[:-1] + sections[b]
+                exact[b] = True
 
     def cat64(name: str) -> I64:
         cols = [getattr(d, name) for d in decoded]
@@ -200,4 +220,15 @@ def _decode_one_by_one(
         cat32("value_len"),
         headers,
     )
-    return Columns(records, first, sections, None)
+    if not exact.any():
+        return Columns(records, first, sections, None)
+    inexact = None if exact[counts > 0].all() else np.repeat(~exact, counts)
+    return Columns(records, first, sections, np.append(bounds, sections[-1]), inexact)
+
+
+def _batch_bounds(part: bytes | memoryview, count: int) -> I64 | None:
+    """The record bounds of one batch's records section ``part`` of ``count`` records (which
+    decode), or None when they are not laid out with minimal varints."""
+    virtual = b"".join((bytes(fmt.HEADER_SIZE), part))
+    records = fmt.decode_records(virtual, 0, _virtual_header(len(part), count))
+    return _record_bounds(records, records.offsets, records.timestamps)

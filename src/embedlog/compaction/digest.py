@@ -78,6 +78,11 @@ class Digester:
         s = secrets.randbits(128) if seed is None else seed
         self._seeds = (s & _U64_MASK, (s >> 64) & _U64_MASK)
 
+    @property
+    def seeds(self) -> tuple[int, int]:
+        """The two 64-bit seeds (lane 0, lane 1) of this instance."""
+        return self._seeds
+
     def digests(self, buf: npt.NDArray[np.uint8], pos: I64, lens: I64) -> tuple[U64, U64]:
         """The two 64-bit lanes of the digest of each key ``buf[pos[i] : pos[i] + lens[i]]``.
 

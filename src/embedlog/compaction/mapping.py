@@ -3,8 +3,9 @@
 :meth:`KeyMapper.build` reads the dirty segments from the first dirty offset in offset order and
 records, for each key digest (:mod:`.digest`), the latest offset (:class:`.OffsetMap`). Aborted
 transactional batches and control batches are not mapped (:class:`.txn.CleanedTransactions`
-follows the markers). Batches are decoded in chunks (at most ``chunk_bytes`` bytes or
-``chunk_records`` records) so the map is filled with vectorised digests.
+follows the markers). Batches are taken in chunks (at most ``chunk_bytes`` bytes or
+``chunk_records`` records): the uncompressed ones mapped by the compiled walk (:mod:`.walk`),
+the others decoded together so the map is filled with vectorised digests.
 
 Invariants:
 
@@ -32,11 +33,13 @@ import numpy.typing as npt
 from ..errors import InvalidConfigError
 from ..segment import format as fmt
 from ..segment.segment import Segment
+from . import walk
 from .columns import decode_batches
 from .digest import Digester, padded
 from .offset_map import SLOT_BYTES, OffsetMap
 from .plan import Cleanable
 from .txn import CleanedTransactions, ProducerLog, control_type
+from .walk import Run
 
 __all__ = ["KNOWN_BYTES_PER_RECORD", "KeyMapper", "Known", "KnownChunk"]
 
@@ -82,7 +85,7 @@ class KeyMapper:
         self.known_bytes = 0
         known: Known = {}
         txn = CleanedTransactions(plog.aborted)
-        pending: list[tuple[memoryview, fmt.BatchHeader]] = []
+        pending: Run = []
         pending_records = pending_bytes = 0
         latest = -1
 
@@ -102,16 +105,15 @@ class KeyMapper:
                     continue
                 if h.base_offset >= plan.first_uncleanable:
                     break
-                raw = memoryview(buf)[pos : pos + h.size]
                 if h.is_control:
-                    txn.on_control_batch(h, control_type(raw, h))
+                    txn.on_control_batch(h, control_type(memoryview(buf)[pos : pos + h.size], h))
                 elif h.records_count and not txn.on_data_batch(h):
                     if omap.size + pending_records + h.records_count > omap.max_entries:
                         flush()  # first see how many of the pending keys are new
                         if not self._make_room(omap, omap.size + h.records_count, known):
                             full = True
                             break
-                    pending.append((raw, h))
+                    pending.append((buf, pos, h))
                     pending_records += h.records_count
                     pending_bytes += h.size
                     if (pending_records >= self.chunk_records
@@ -143,7 +145,17 @@ class KeyMapper:
             self.known_bytes = 0
         return False
 
-    def _map_chunk(
+    def _map_chunk(self, omap: OffsetMap, chunk: Run, first_dirty: int, known: Known) -> None:
+        """Put the keys of the batches of ``chunk`` in the map: the compiled walk for the
+        batches it reads (:mod:`.walk`), the decoded columns for the others."""
+        left = [b for b in chunk if not walk.readable(b[2])]
+        for run in walk.runs([b for b in chunk if walk.readable(b[2])]):
+            left += walk.map_run(omap, self.digester, run, first_dirty)
+        if left:
+            self._map_decoded(omap, [(memoryview(buf)[pos : pos + h.size], h)
+                                     for buf, pos, h in left], first_dirty, known)
+
+    def _map_decoded(
         self,
         omap: OffsetMap,
         batches: list[tuple[memoryview, fmt.BatchHeader]],
@@ -172,6 +184,6 @@ class KeyMapper:
         )
         self.known_bytes += cost
         for b, (_, h) in enumerate(batches):
-            if h.base_offset >= first_dirty:
-                lo, hi = cols.of_batch(b)
+            lo, hi = cols.of_batch(b)
+            if h.base_offset >= first_dirty and cols.exact(lo):
                 known[h.base_offset] = (chunk, lo, hi)

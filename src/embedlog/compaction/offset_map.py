@@ -90,6 +90,11 @@ class OffsetMap:
         """Bytes held by the table."""
         return self._lane0.nbytes + self._lane1.nbytes + self._value.nbytes
 
+    def arrays(self) -> tuple[U64, U64, I64]:
+        """The table's arrays (lane0, lane1, value), for the compiled walk to read or fill; it
+        keeps :attr:`size` true through the caller."""
+        return self._lane0, self._lane1, self._value
+
     @property
     def room(self) -> int:
         """Entries that can still be added."""

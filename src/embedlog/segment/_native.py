@@ -45,6 +45,12 @@ class Core(Protocol):
         cols64: Any, cols32: Any, /,
     ) -> list[tuple[tuple[str, bytes | None], ...]] | None: ...
 
+    def decode_stored(
+        self, buf: bytes, pos: int, size: int, n: int, base_offset: int, base_timestamp: int,
+        max_timestamp: int, last_offset_delta: int, log_append: bool, cols64: Any, cols32: Any,
+        /,
+    ) -> tuple[bytes, list[tuple[tuple[str, bytes | None], ...]] | None]: ...
+
     def slices(self, data: bytes, pos: Any, lens: Any, /) -> list[bytes | None]: ...
 
     def gather(self, chunks: Sequence[tuple[bytes, Any, Any]], /) -> tuple[bytes, bytes, int]: ...
@@ -72,6 +78,14 @@ class Core(Protocol):
     def first_not_bytes(self, seq: list[Any] | tuple[Any, ...], /) -> int: ...
 
     def first_not_int64(self, seq: list[Any] | tuple[Any, ...], out: Any = None, /) -> int: ...
+
+    def run_records(
+        self, record_type: type[Any], topic: str, partition: int, ttype: int, data: bytes,
+        n: int, base_offset: int, base_timestamp: int, max_timestamp: int,
+        last_offset_delta: int, log_append: bool, /,
+    ) -> list[Any] | None: ...
+
+    def file_identity(self, fd: int, /) -> tuple[int, int, int, int] | None: ...
 
 
 def load_compiled(module: str) -> Any:

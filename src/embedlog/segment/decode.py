@@ -1,27 +1,28 @@
 """Decoding of a v2 batch's records section into columns (pure; no file I/O).
 
-The record layout is documented in :mod:`embedlog.segment.header`;
-:mod:`embedlog.segment.format` re-exports :class:`DecodedRecords` and :func:`decode_records`.
-Decoding validates everything (lengths, varint widths, offset deltas, exact consumption of the
-batch) and raises
+The record layout is documented in :mod:`embedlog.segment.header`; the columns are a
+:class:`~embedlog.segment.decoded.DecodedRecords`; :mod:`embedlog.segment.format` re-exports it
+and :func:`decode_records`. Decoding validates everything (lengths, varint widths, offset
+deltas, exact consumption of the batch) and raises
 :class:`~embedlog.errors.CorruptBatchError` with the batch position on any violation. The one
 sequential step -- following the chain of record lengths -- is a tight Python loop; every other
-field of every record is decoded with numpy.
+field of every record is decoded with numpy. With the compiled core a whole uncompressed batch
+of a read buffer is copied out and decoded by one call (``decode_stored``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from itertools import repeat
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
-from embedlog.records import Record
 from embedlog.segment import _native
 from embedlog.segment.codecs import Compression, decompress
+from embedlog.segment.decoded import DecodedRecords, new_decoded
 from embedlog.segment.header import (
     COMPRESSION_MASK,
     HEADER_SIZE,
@@ -41,105 +42,6 @@ _MIN_BODY: Final = MIN_RECORD - 1
 
 class _Bad(Exception):
     """Internal: a record-level violation, turned into CorruptBatchError with the position."""
-
-
-@dataclass(frozen=True, slots=True)
-class DecodedRecords:
-    """The records of one batch as columns over ``data`` (the decompressed records section).
-
-    ``key_len``/``value_len`` are -1 for null. ``headers`` is None when no record has headers,
-    else one tuple per record.
-    """
-
-    data: bytes
-    offsets: npt.NDArray[np.int64]
-    timestamps: npt.NDArray[np.int64]
-    key_pos: npt.NDArray[np.int64]
-    key_len: npt.NDArray[np.int32]
-    value_pos: npt.NDArray[np.int64]
-    value_len: npt.NDArray[np.int32]
-    headers: list[tuple[tuple[str, bytes | None], ...]] | None
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def _slices(self, pos: I64, lens: npt.NDArray[np.int32]) -> list[bytes | None]:
-        n = len(lens)
-        if n == 0:
-            return []
-        core = _native.CORE
-        if core is not None:
-            return core.slices(self.data, _c64(pos), _c32(lens))
-        d = self.data
-        lo = int(lens.min())
-        if lo >= 0:
-            return [d[a:b] for a, b in zip(pos.tolist(), (pos + lens).tolist(), strict=True)]
-        if int(lens.max()) < 0:
-            return [None] * n
-        ends = (pos + np.maximum(lens, 0)).tolist()
-        nulls = (lens < 0).tolist()
-        return [None if z else d[a:b] for a, b, z in zip(pos.tolist(), ends, nulls, strict=True)]
-
-    def slice(self, lo: int, hi: int) -> DecodedRecords:
-        """Records ``[lo, hi)`` (numpy views; ``data`` is shared, nothing is copied)."""
-        return DecodedRecords(
-            self.data,
-            self.offsets[lo:hi],
-            self.timestamps[lo:hi],
-            self.key_pos[lo:hi],
-            self.key_len[lo:hi],
-            self.value_pos[lo:hi],
-            self.value_len[lo:hi],
-            None if self.headers is None else self.headers[lo:hi],
-        )
-
-    def keys(self) -> list[bytes | None]:
-        return self._slices(self.key_pos, self.key_len)
-
-    def values(self) -> list[bytes | None]:
-        return self._slices(self.value_pos, self.value_len)
-
-    def records(self, topic: str, partition: int, timestamp_type: int) -> list[Record]:
-        """One :class:`~embedlog.records.Record` per row (built in C by the compiled core,
-        which leaves records of atomic fields untracked by the garbage collector)."""
-        core = _native.CORE
-        if core is not None:
-            return core.records(
-                Record, topic, partition, timestamp_type, self.data, _c64(self.offsets),
-                _c64(self.timestamps), _c64(self.key_pos), _c32(self.key_len),
-                _c64(self.value_pos), _c32(self.value_len), self.headers,
-            )  # fmt: skip
-        n = len(self)
-        return list(map(tuple.__new__, repeat(Record, n), zip(
-            repeat(topic, n), repeat(partition, n), self.offsets.tolist(),
-            self.timestamps.tolist(), repeat(timestamp_type, n), self.keys(), self.values(),
-            repeat((), n) if self.headers is None else self.headers, strict=True,
-        )))  # fmt: skip
-
-    def key(self, i: int) -> bytes | None:
-        n = int(self.key_len[i])
-        p = int(self.key_pos[i])
-        return None if n < 0 else self.data[p : p + n]
-
-    def value(self, i: int) -> bytes | None:
-        n = int(self.value_len[i])
-        p = int(self.value_pos[i])
-        return None if n < 0 else self.data[p : p + n]
-
-    def header(self, i: int) -> tuple[tuple[str, bytes | None], ...]:
-        if self.headers is None:
-            if not -len(self) <= i < len(self):
-                raise IndexError(i)
-            return ()
-        return self.headers[i]
-
-
-def _c64(a: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return np.ascontiguousarray(a, np.int64)
-
-
-def _c32(a: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-    return np.ascontiguousarray(a, np.int32)
 
 
 _EMPTY_I64: Final = np.empty(0, np.int64)
@@ -330,8 +232,32 @@ def decode_records(
     (:func:`next_batch` does). For LogAppendTime batches every timestamp is maxTimestamp. Any
     violation is CorruptBatchError with ``position=pos``.
     """
+    core = _native.CORE
+    n = header.records_count
+    if (core is not None and not first and count is None and n
+            and not header.attributes & COMPRESSION_MASK and buf.__class__ is bytes
+            and pos >= 0 and pos + header.size <= len(buf)
+            and n * MIN_RECORD <= header.size - HEADER_SIZE):
+        return _guarded(_stored, core, buf, pos, header, pos=pos)  # the common case: one C call
     raw = _section(buf, pos, header, max_decompressed, copy=True)
-    return _checked(raw, header.records_count, header, first, count, pos)
+    return _checked(raw, n, header, first, count, pos)
+
+
+def _stored(core: _native.Core, buf: bytes, pos: int, header: BatchHeader) -> DecodedRecords:
+    """Every record of the uncompressed batch at ``pos`` of ``buf`` (which holds it whole, with
+    at least ``MIN_RECORD`` bytes of section per record): its records section copied and
+    decoded by one call of the compiled core, as :func:`_decode_c` decodes a copy."""
+    n = header.records_count
+    cols64 = np.empty((4, n), np.int64)
+    cols32 = np.empty((2, n), np.int32)
+    data, headers = core.decode_stored(
+        buf, pos, header.size, n, header.base_offset, header.base_timestamp,
+        header.max_timestamp, header.last_offset_delta,
+        bool(header.attributes & TIMESTAMP_TYPE_MASK), cols64, cols32,
+    )  # fmt: skip
+    offsets, timestamps, key_pos, value_pos = cols64
+    return new_decoded(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
+                          headers)  # fmt: skip
 
 
 def records_section(
@@ -381,8 +307,14 @@ def decode_run(data: bytes, n: int, header: BatchHeader, position: int) -> Decod
 
 def _checked(data: bytes, n: int, header: BatchHeader, first: int, count: int | None,
              pos: int) -> DecodedRecords:
+    return _guarded(_decode, data, n, header, first, count, pos=pos)
+
+
+def _guarded(decoder: Callable[..., DecodedRecords], *args: Any, pos: int) -> DecodedRecords:
+    """``decoder(*args)``, any failure of the records raised as :class:`CorruptBatchError`
+    naming the batch's position ``pos``."""
     try:
-        return _decode(data, n, header, first, count)
+        return decoder(*args)
     except (_Bad, CorruptBatchError) as e:
         raise CorruptBatchError(str(e), position=pos) from None
     except (IndexError, ValueError, OverflowError, UnicodeDecodeError) as e:
@@ -430,7 +362,7 @@ def _decode_c(
     if m == 0:
         return _empty(data)
     offsets, timestamps, key_pos, value_pos = cols64
-    return DecodedRecords(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
+    return new_decoded(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
                           headers)  # fmt: skip
 
 

@@ -232,14 +232,18 @@ class SegmentFiles:
             CACHE.unpin(self, self._descriptors())
 
     def pread(self, position: int, length: int) -> bytes:
-        if self._filler is not None:
-            self._filler.ensure(position, length)
         CACHE.pin(self)
         try:
-            fd = self._read_fd()
-            return b"" if fd is None else os.pread(fd, length, position)
+            return self.pread_pinned(position, length)
         finally:
             CACHE.unpin(self, self._descriptors())
+
+    def pread_pinned(self, position: int, length: int) -> bytes:
+        """:meth:`pread` for a caller that has pinned the segment."""
+        if self._filler is not None:
+            self._filler.ensure(position, length)
+        fd = self._read_fd()
+        return b"" if fd is None else os.pread(fd, length, position)
 
     @pinned
     def refresh(self) -> None:

@@ -65,6 +65,7 @@ from typing import Final
 
 import crc32c
 
+from embedlog._frozen import builder
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
 from embedlog.segment.codecs import Compression
 
@@ -229,6 +230,9 @@ class BatchHeader:
         return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
 
 
+_new_header = builder(BatchHeader)  # what parse_header builds per batch: slots set directly
+
+
 # --------------------------------------------------------------------------- scalar varints
 
 
@@ -301,7 +305,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         raise _magic_error(magic - 256 if magic > 127 else magic, pos)
     if avail < HEADER_SIZE:
         raise CorruptBatchError("truncated batch header", position=pos)
-    h = BatchHeader(*HEADER.unpack_from(buf, pos))
+    h = _new_header(*HEADER.unpack_from(buf, pos))
     if h.batch_length < MIN_BATCH_LENGTH:
         raise CorruptBatchError(f"batch length {h.batch_length} below 49", position=pos)
     if h.records_count < 0:

@@ -160,9 +160,10 @@ def end_offset_of(segments: Sequence[_Sized]) -> int:
     the last batch, or the base offset of a single empty active segment after it (Kafka's log
     end offset is the active segment's next offset, its base while it is empty). Stray empty
     segments (:func:`stray_empty_tail`) never advance it."""
+    last = segments[-1]
+    if last.size:  # no empty tail (the common case)
+        return last.next_offset
     n = _empty_tail(segments)
-    if n == 0:
-        return segments[-1].next_offset
     if n == len(segments):
         return segments[0].base_offset
     before = segments[-1 - n].next_offset

@@ -2,9 +2,13 @@
 
 Each input is a record batch (the first byte picks CRC fix-up, a record count lie and a
 point-read range); both implementations decode it and must return the same columns, values,
-headers and Record objects, or raise the same CorruptBatchError message. The compiled Arrow
+headers and Record objects, or raise the same CorruptBatchError message; so must the batch
+placed after a few bytes of a larger read (the compiled core's one call for a whole stored batch,
+``decode_stored``), which is also called with lying positions and sizes. The compiled Arrow
 sink's one pass over the batch (``ArrowSink.append``) must append exactly the rows of the
-decoder's columns, or nothing when the decoder refuses the batch.
+decoder's columns, or nothing when the decoder refuses the batch. The records section read as a
+point read's run of records (``run_records``, a record count from the first byte) must give
+the same records or error with either implementation.
 
 The same input, read as ``append_batch`` arguments (values, keys and timestamps of every
 kind, good and bad), goes to the encoder: ``encode_batch`` by the core (its listed-timestamps
@@ -19,12 +23,13 @@ from collections.abc import Callable
 
 import atheris  # type: ignore[import-untyped]
 import crc32c
-import numpy  # noqa: F401 - imported first so that only embedlog is instrumented
+import numpy  # imported first so that only embedlog is instrumented
 
 with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.errors import CorruptBatchError
     from embedlog.segment import _native, decode, encode
     from embedlog.segment import format as fmt
+    from embedlog.segment.run_records import run_records
 
 try:
     from embedlog.segment import _ccodec
@@ -34,18 +39,49 @@ except ImportError:
 MAX_BATCH = 1 << 20
 
 
-def _decode(buf: bytes, first: int, count: int | None) -> object:
+def _decode(buf: bytes, first: int, count: int | None, pos: int = 0) -> object:
     try:
-        header = fmt.next_batch(buf, 0, verify=True, max_batch_size=MAX_BATCH)
+        header = fmt.next_batch(buf, pos, verify=True, max_batch_size=MAX_BATCH)
         if header is None:
             return None
-        r = fmt.decode_records(buf, 0, header, max_decompressed=MAX_BATCH, first=first,
+        r = fmt.decode_records(buf, pos, header, max_decompressed=MAX_BATCH, first=first,
                                count=count)
         return (r.offsets.tolist(), r.timestamps.tolist(), r.key_pos.tolist(),
                 r.key_len.tolist(), r.value_pos.tolist(), r.value_len.tolist(), r.keys(),
                 r.values(), r.headers, r.records("t", 0, header.timestamp_type))
     except CorruptBatchError as e:
         return (type(e), str(e))
+
+
+def _stored(buf: bytes, lead: int, size_lie: int) -> None:
+    """The batch behind ``lead`` bytes of a read decodes as it does alone; ``decode_stored``
+    called with a position and size off by ``lead`` / ``size_lie`` either refuses them or
+    decodes exactly the section they name."""
+    read = bytes(lead) + buf
+    try:
+        header = fmt.next_batch(read, lead, verify=True, max_batch_size=MAX_BATCH)
+    except CorruptBatchError:
+        return
+    if header is None:
+        return
+    got = _decode(read, 0, None, lead)
+    alone = _decode(buf, 0, None)
+    if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], str):  # an error
+        got = (got[0], got[1].replace(f"(byte {lead})", "(byte 0)"))
+    if got != alone:
+        raise AssertionError(f"at byte {lead}: {got!r} != alone {alone!r}")
+    n = header.records_count
+    m = n if n <= len(read) else 0  # a lying count is refused before the columns are sized
+    cols = numpy.empty((4, m), numpy.int64), numpy.empty((2, m), numpy.int32)
+    pos, size = lead - (size_lie & 3), header.size + (size_lie >> 2) - 4
+    try:
+        data, _ = _ccodec.decode_stored(read, pos, size, n, header.base_offset,
+                                        header.base_timestamp, header.max_timestamp,
+                                        header.last_offset_delta, False, *cols)
+    except (ValueError, IndexError, CorruptBatchError):
+        return
+    if data != read[pos + fmt.HEADER_SIZE : pos + size]:
+        raise AssertionError("decode_stored decoded another section than it was given")
 
 
 def _sink_rows(buf: bytes, fused: bool) -> object:
@@ -149,6 +185,15 @@ def check_encoder(data: bytes) -> None:
                              f"{stamps!r}")
 
 
+def _run(buf: bytes, n: int) -> object:
+    """The bytes after the header as a run of ``n`` records of that batch (run_records)."""
+    try:
+        header = fmt.parse_header(buf, 0)
+        return run_records(buf[fmt.HEADER_SIZE:], n, header, 0, "t", 0)
+    except CorruptBatchError as e:
+        return (type(e), str(e))
+
+
 def test_one_input(data: bytes) -> None:
     if len(data) < 2:
         return
@@ -167,10 +212,23 @@ def test_one_input(data: bytes) -> None:
         got_c = _decode(bytes(buf), first, count)
         _native.CORE = None
         got_py = _decode(bytes(buf), first, count)
+        _native.CORE = _ccodec
+        _stored(bytes(buf), mode & 7, mode >> 3)
     finally:
         _native.CORE = saved
     if got_c != got_py:
         raise AssertionError(f"compiled {got_c!r} != pure {got_py!r}")
+    if len(buf) >= fmt.HEADER_SIZE:
+        n = max(0, int.from_bytes(buf[57:61], "big") - (mode >> 5))  # the count, or fewer
+        try:
+            _native.CORE = _ccodec
+            run_c = _run(bytes(buf), n)
+            _native.CORE = None
+            run_py = _run(bytes(buf), n)
+        finally:
+            _native.CORE = saved
+        if run_c != run_py:
+            raise AssertionError(f"run: compiled {run_c!r} != pure {run_py!r}")
     fused = _sink_rows(bytes(buf), True)
     if fused is not None and fused != _sink_rows(bytes(buf), False):
         raise AssertionError(f"sink appended {fused!r}, not the decoded rows")

@@ -17,11 +17,13 @@
  *    what it needs from user objects in its first pass and holds their buffers).
  *
  * One extension module from several translation units, each owning one part:
- *   decode.c      the record walk, field columns, headers and decode()
+ *   decode.c      the record walk, field columns, headers, decode() and decode_stored()
  *   records.c     slices(), gather() and records(): Python objects from decoded columns
  *   encode.c      encode() and encode_listed(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
+ *   point.c       run_records(): a point read's run of records straight into Records;
+ *                 file_identity(): a segment file's identity (four fields of fstat)
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -44,17 +46,14 @@
 
 #if defined(__GNUC__)
 #define HOT_INLINE static inline __attribute__((always_inline))
+#define PREFETCH(address) __builtin_prefetch(address)
 #else
 #define HOT_INLINE static inline
+#define PREFETCH(address) ((void)0)
 #endif
 
 /* Reading the user's objects is bound by memory latency (a batch's values, keys and ints are
  * rarely in cache): the encoder asks for what it reads PREFETCH_AHEAD items ahead. */
-#if defined(__GNUC__)
-#define PREFETCH(addr) __builtin_prefetch(addr)
-#else
-#define PREFETCH(addr) ((void)(addr))
-#endif
 #define PREFETCH_AHEAD 16
 
 #define MIN_BODY 6
@@ -76,6 +75,11 @@ ELC_INTERNAL int elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t items
 ELC_INTERNAL int64_t elc_column_bytes(const int64_t *pos, const int32_t *len, Py_ssize_t n,
                                       int64_t size, Py_ssize_t *nulls);
 
+/* TypeError unless t is a slotted tuple subclass (the Record type); one such record of the 8
+ * fields, untracked by the GC when atomic_prefix and fields[7] is untracked. records.c */
+ELC_INTERNAL int elc_check_record_type(PyTypeObject *t);
+ELC_INTERNAL PyObject *elc_new_record(PyTypeObject *t, PyObject *fields[8], int atomic_prefix);
+
 /* The module's functions and their docstrings (one pair per file that defines them). */
 #define ELC_FUNCTION(name)                                                                     \
     ELC_INTERNAL PyObject *elc_py_##name(PyObject *self, PyObject *args);                       \
@@ -83,6 +87,7 @@ ELC_INTERNAL int64_t elc_column_bytes(const int64_t *pos, const int32_t *len, Py
 #define ELC_DOC(name, text) const char elc_##name##_doc[] = PyDoc_STR(text)
 
 ELC_FUNCTION(decode);          /* decode.c */
+ELC_FUNCTION(decode_stored);   /* decode.c */
 ELC_FUNCTION(slices);          /* records.c */
 ELC_FUNCTION(gather);          /* records.c */
 ELC_FUNCTION(records);         /* records.c */
@@ -90,6 +95,8 @@ ELC_FUNCTION(encode);          /* encode.c */
 ELC_FUNCTION(encode_listed);   /* encode.c */
 ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
+ELC_FUNCTION(run_records);     /* point.c */
+ELC_FUNCTION(file_identity);   /* point.c */
 
 /* ------------------------------------------------------------------------ small helpers */
 

@@ -280,6 +280,20 @@ headers_field(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, int64_t *p, const
     return decode_headers(d, size, m, p, ends, v);
 }
 
+/* Row i of the m rows of the columns out64 (offsets, timestamps, key_pos, value_pos) and out32
+ * (key_len, value_len): the record r read by fast_record. */
+HOT_INLINE void
+store_record(const FastRecord *r, const BatchInfo *bi, Py_ssize_t i, Py_ssize_t m, int64_t *out64,
+             int32_t *out32)
+{
+    out64[i] = record_offset(r, bi);
+    out64[m + i] = record_timestamp(r, bi);
+    out64[2 * m + i] = r->kp;
+    out64[3 * m + i] = r->vp;
+    out32[i] = (int32_t)r->kl;
+    out32[m + i] = (int32_t)r->vl;
+}
+
 /* decode_fields in one pass per record (fast_record, ccodec.h) for the common case: every
  * field well formed and no record with headers. Returns 1 with the columns filled, or 0 when
  * anything differs from that (a damaged record, headers): decode_fields then reads the batch
@@ -289,19 +303,13 @@ static int
 fast_fields(const uint8_t *d, Py_ssize_t m, const BatchInfo *bi, const int64_t *rs,
             int64_t *out64, int32_t *out32)
 {
-    int64_t *offsets = out64, *timestamps = out64 + m, *kp = out64 + 2 * m;
-    int64_t *vp = out64 + 3 * m;
     for (Py_ssize_t i = 0; i < m; i++) {
         int64_t p = rs[i], end = rs[i + 1], len, w;
         FastRecord r;
         if (fast_varint(d, p, end, 5, &len, &w) < 0 || p + w + len != end || len < MIN_BODY ||
             fast_record(d, p + w, end, bi, &r) < 0)
             return 0;
-        kp[i] = r.kp, vp[i] = r.vp;
-        out32[i] = (int32_t)r.kl;
-        out32[m + i] = (int32_t)r.vl;
-        timestamps[i] = record_timestamp(&r, bi);
-        offsets[i] = record_offset(&r, bi);
+        store_record(&r, bi, i, m, out64, out32);
     }
     return 1;
 }
@@ -371,45 +379,58 @@ decode_fields(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, const BatchInfo *
     return headers;
 }
 
-ELC_DOC(decode,
-"decode(data, n, first, last, base_offset, base_timestamp, max_timestamp,\n"
-"       last_offset_delta, log_append, cols64, cols32) -> headers\n\n"
-"Records first..last-1 of a records section holding n records (first <= last <= n,\n"
-"n * 7 <= len(data)) into cols64 (int64: offsets, timestamps, key_pos, value_pos; m = last -\n"
-"first each) and cols32 (int32: key_len, value_len). Returns None (no record has headers) or\n"
-"one header tuple per record. CorruptBatchError / IndexError as decode.py's _decode.");
-
-PyObject *
-elc_py_decode(PyObject *self, PyObject *args)
+/* Every record of a records section of n records in one pass, when every one is well formed
+ * and none has headers (fast_record): the record-length chain is followed and each record's
+ * fields read while it is at hand. Returns 1 with the columns filled, or 0 when anything
+ * differs (the columns then hold garbage): walk and decode_fields read the section again, with
+ * their checks and errors. A section it accepts is one walk and decode_fields accept with
+ * the same columns (a record's length varint read alone, bounded by the section, ends where
+ * walk's chain puts the next record). */
+static int
+one_pass(const uint8_t *d, Py_ssize_t size, Py_ssize_t m, const BatchInfo *bi, int64_t *out64,
+         int32_t *out32)
 {
-    (void)self;
-    Py_buffer data, c64, c32;
-    long long n, first, last;
-    BatchInfo bi;
-    PyObject *o64, *o32;
-    if (!PyArg_ParseTuple(args, "y*LLLLLLLpOO", &data, &n, &first, &last, &bi.base_offset,
-                          &bi.base_timestamp, &bi.max_timestamp, &bi.last_offset_delta,
-                          &bi.log_append, &o64, &o32))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t size = data.len;
-    const uint8_t *d = (const uint8_t *)data.buf;
+    int64_t p = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t len, w;
+        FastRecord r;
+        /* the chain is serial: fetch the bytes ahead before the loads that depend on them */
+        PREFETCH(d + (p + 512 < size ? p + 512 : 0));
+        if (fast_varint(d, p, size, 5, &len, &w) < 0 || len < MIN_BODY || len > size - p - w ||
+            fast_record(d, p + w, p + w + len, bi, &r) < 0)
+            return 0;
+        store_record(&r, bi, i, m, out64, out32);
+        p += w + len;
+    }
+    return p == size;
+}
+
+/* Records first..last-1 of the section d[0:size] of n records into the columns o64 (int64,
+ * 4 x m) and o32 (int32, 2 x m): the headers (None or a list), or NULL with the error. */
+static PyObject *
+decode_section(const uint8_t *d, Py_ssize_t size, long long n, long long first, long long last,
+               const BatchInfo *bi, PyObject *o64, PyObject *o32)
+{
+    Py_buffer c64, c32;
     if (first < 0 || last < first || n < last || n > size / 7 + 1) {
         PyErr_SetString(PyExc_ValueError, "invalid record range");
-        PyBuffer_Release(&data);
         return NULL;
     }
     Py_ssize_t m = (Py_ssize_t)(last - first);
-    if (elc_get_column(o64, &c64, 8, 1, 4 * m) < 0) {
-        PyBuffer_Release(&data);
+    if (elc_get_column(o64, &c64, 8, 1, 4 * m) < 0)
         return NULL;
-    }
     if (elc_get_column(o32, &c32, 4, 1, 2 * m) < 0) {
         PyBuffer_Release(&c64);
-        PyBuffer_Release(&data);
         return NULL;
     }
-    int64_t *mem = PyMem_Malloc(sizeof(int64_t) * (5 * (size_t)m + 1));
+    PyObject *result = NULL;
+    int64_t *mem = NULL;
+    if (m > 0 && first == 0 && last == n &&
+        one_pass(d, size, m, bi, (int64_t *)c64.buf, (int32_t *)c32.buf)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    mem = PyMem_Malloc(sizeof(int64_t) * (5 * (size_t)m + 1));
     if (mem == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -430,11 +451,77 @@ elc_py_decode(PyObject *self, PyObject *args)
     if (m == 0)
         result = Py_NewRef(Py_None);
     else
-        result = decode_fields(d, size, m, &bi, &s, (int64_t *)c64.buf, (int32_t *)c32.buf);
+        result = decode_fields(d, size, m, bi, &s, (int64_t *)c64.buf, (int32_t *)c32.buf);
 done:
     PyMem_Free(mem);
     PyBuffer_Release(&c32);
     PyBuffer_Release(&c64);
+    return result;
+}
+
+ELC_DOC(decode,
+"decode(data, n, first, last, base_offset, base_timestamp, max_timestamp,\n"
+"       last_offset_delta, log_append, cols64, cols32) -> headers\n\n"
+"Records first..last-1 of a records section holding n records (first <= last <= n,\n"
+"n * 7 <= len(data)) into cols64 (int64: offsets, timestamps, key_pos, value_pos; m = last -\n"
+"first each) and cols32 (int32: key_len, value_len). Returns None (no record has headers) or\n"
+"one header tuple per record. CorruptBatchError / IndexError as decode.py's _decode.");
+
+PyObject *
+elc_py_decode(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data;
+    long long n, first, last;
+    BatchInfo bi;
+    PyObject *o64, *o32;
+    if (!PyArg_ParseTuple(args, "y*LLLLLLLpOO", &data, &n, &first, &last, &bi.base_offset,
+                          &bi.base_timestamp, &bi.max_timestamp, &bi.last_offset_delta,
+                          &bi.log_append, &o64, &o32))
+        return NULL;
+    PyObject *result = decode_section((const uint8_t *)data.buf, data.len, n, first, last, &bi,
+                                      o64, o32);
     PyBuffer_Release(&data);
+    return result;
+}
+
+ELC_DOC(decode_stored,
+"decode_stored(buf, pos, size, n, base_offset, base_timestamp, max_timestamp,\n"
+"              last_offset_delta, log_append, cols64, cols32) -> (data, headers)\n\n"
+"decode() of all n records of the uncompressed batch of size bytes at pos of buf, whose\n"
+"records section buf[pos + 61 : pos + size] is first copied into data (a new bytes object,\n"
+"which the columns' positions refer to; no view of buf is kept). ValueError when the batch\n"
+"does not lie within buf; else raises as decode() does.");
+
+PyObject *
+elc_py_decode_stored(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer buf;
+    Py_ssize_t pos, size;
+    long long n;
+    BatchInfo bi;
+    PyObject *o64, *o32;
+    if (!PyArg_ParseTuple(args, "y*nnLLLLLpOO", &buf, &pos, &size, &n, &bi.base_offset,
+                          &bi.base_timestamp, &bi.max_timestamp, &bi.last_offset_delta,
+                          &bi.log_append, &o64, &o32))
+        return NULL;
+    PyObject *data = NULL, *headers = NULL, *result = NULL;
+    if (pos < 0 || size < HEADER_SIZE || pos > buf.len || size > buf.len - pos) {
+        PyErr_SetString(PyExc_ValueError, "batch outside the buffer");
+        goto done;
+    }
+    data = PyBytes_FromStringAndSize((const char *)buf.buf + pos + HEADER_SIZE,
+                                     size - HEADER_SIZE);
+    if (data == NULL)
+        goto done;
+    headers = decode_section((const uint8_t *)PyBytes_AS_STRING(data), size - HEADER_SIZE, n, 0,
+                             n, &bi, o64, o32);
+    if (headers != NULL)
+        result = PyTuple_Pack(2, data, headers);
+done:
+    Py_XDECREF(headers);
+    Py_XDECREF(data);
+    PyBuffer_Release(&buf);
     return result;
 }

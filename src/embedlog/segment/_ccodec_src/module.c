@@ -25,6 +25,7 @@ elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable
 
 static PyMethodDef methods[] = {
     {"decode", elc_py_decode, METH_VARARGS, elc_decode_doc},
+    {"decode_stored", elc_py_decode_stored, METH_VARARGS, elc_decode_stored_doc},
     {"slices", elc_py_slices, METH_VARARGS, elc_slices_doc},
     {"gather", elc_py_gather, METH_O, elc_gather_doc},
     {"records", elc_py_records, METH_VARARGS, elc_records_doc},
@@ -32,6 +33,8 @@ static PyMethodDef methods[] = {
     {"encode_listed", elc_py_encode_listed, METH_VARARGS, elc_encode_listed_doc},
     {"first_not_bytes", elc_py_first_not_bytes, METH_O, elc_first_not_bytes_doc},
     {"first_not_int64", elc_py_first_not_int64, METH_VARARGS, elc_first_not_int64_doc},
+    {"run_records", elc_py_run_records, METH_VARARGS, elc_run_records_doc},
+    {"file_identity", elc_py_file_identity, METH_O, elc_file_identity_doc},
     {NULL, NULL, 0, NULL},
 };
 

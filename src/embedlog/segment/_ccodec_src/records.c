@@ -180,8 +180,8 @@ done:
     return result;
 }
 
-static int
-check_record_type(PyTypeObject *t)
+int
+elc_check_record_type(PyTypeObject *t)
 {
     if (!PyType_IsSubtype(t, &PyTuple_Type) || t->tp_basicsize != PyTuple_Type.tp_basicsize ||
         t->tp_itemsize != sizeof(PyObject *) || t->tp_dictoffset != 0) {
@@ -192,9 +192,9 @@ check_record_type(PyTypeObject *t)
 }
 
 /* One Record(topic, partition, offset, timestamp, ttype, key, value, headers); untracked
- * by the GC when every field is atomic (or an untracked tuple). */
-static PyObject *
-new_record(PyTypeObject *t, PyObject *fields[8], int atomic_prefix)
+ * by the GC when every field is atomic (or an untracked tuple). Also run_records (point.c). */
+PyObject *
+elc_new_record(PyTypeObject *t, PyObject *fields[8], int atomic_prefix)
 {
     PyObject *r = t->tp_alloc(t, 8);
     if (r == NULL)
@@ -221,7 +221,7 @@ elc_py_records(PyObject *self, PyObject *args)
                           &data, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5],
                           &headers))
         return NULL;
-    if (check_record_type(t) < 0)
+    if (elc_check_record_type(t) < 0)
         return NULL;
     Py_buffer v[6];
     Py_ssize_t n = PyObject_Length(cols[0]);
@@ -255,7 +255,7 @@ elc_py_records(PyObject *self, PyObject *args)
                           headers == Py_None ? empty : PyList_GET_ITEM(headers, i)};
         PyObject *r = NULL;
         if (f[2] && f[3] && f[5] && f[6])
-            r = new_record(t, f, atomic);
+            r = elc_new_record(t, f, atomic);
         Py_XDECREF(f[2]);
         Py_XDECREF(f[3]);
         Py_XDECREF(f[5]);
