@@ -214,8 +214,12 @@ class FileSystem:
             raise storage_error(exc, "write", None) from exc
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
-        view = memoryview(data)
         try:
+            n = os.pwrite(fd, data, offset)
+            if n == len(data) and data.__class__ is not memoryview:
+                return  # all at once, as regular files take it: no view made
+            view = memoryview(data).cast("B")[n:]
+            offset += n
             while view:
                 n = os.pwrite(fd, view, offset)
                 view = view[n:]

@@ -40,10 +40,12 @@ from .partition import Partition
 from .partitioner import partitions_for_keys
 from .producer_state import ProducerStamp
 from .records import Header
+from .segment import encode
 from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
 
-__all__ = ["OpenBatch", "check_keys", "choose_codec", "key_required", "spread", "write_records"]
+__all__ = ["OpenBatch", "check_keys", "choose_codec", "key_required", "spread", "write_records",
+           "write_unchecked"]
 
 Keys = Sequence[bytes | None]
 Headers = Sequence[Sequence[Header] | None]
@@ -94,45 +96,87 @@ def write_records(
     that waits for its own fsync (``Log.append``) joins the group commit's queue
     (:meth:`Partition.append_queued <embedlog.partition.Partition.append_queued>`)."""
     check_keys(p.topic, p.config, keys)
+    out: list[fmt.BatchHeader] = []
+    _write_all(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base,
+               queued, 0, out)
+    return out
+
+
+def write_unchecked(
+    p: Partition,
+    values: Sequence[Any],
+    keys: Sequence[Any] | None,
+    timestamps: object,
+    *,
+    codec: Compression,
+) -> list[fmt.BatchHeader] | None:
+    """:func:`write_records` for ``append_batch``'s common case, its values, keys and
+    timestamps not checked yet (no headers, uncompressed, nothing in a producer's name): the
+    compiled encoder checks them as it reads them (:data:`encode.STRICT
+    <embedlog.segment.encode.STRICT>`). None, with nothing written, when it does not take them
+    as they are, when the topic is compacted and a key is missing, and always without the
+    compiled core: the caller then checks its arguments and calls :func:`write_records`, which
+    raises what a check finds. ``values`` and ``keys`` have the same length, at least 1."""
+    if p.config.compact and (keys is None or any(k is None for k in keys)):
+        return None
+    out: list[fmt.BatchHeader] = []
+    if not _write_all(p, values, keys, None, timestamps, codec, None, None, None, False,
+                      encode.STRICT, out):
+        return None
+    return out
+
+
+def _write_all(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
+               headers: Headers | None, timestamps: Any, codec: Compression,
+               append_time: int | None, stamp: ProducerStamp | None, expect_base: int | None,
+               queued: bool, flags: int, out: list[fmt.BatchHeader]) -> bool:
     if append_time is None and p.config.message_timestamp_type == "LogAppendTime":
         append_time = p.clock()
     elif append_time is not None and append_time < 0:
         append_time = None
-    out: list[fmt.BatchHeader] = []
     append = p.append_queued if queued else p.append_encoded
-    _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base, out,
-           append)
-    return out
+    return _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base,
+                  out, append, flags)
+
+
+_PLAIN: dict[tuple[Compression, int], encode.BatchAttributes] = {}
+"""The attributes of batches without a producer, by (codec, timestamp type)."""
+
+
+def _attributes(codec: Compression, append_time: int | None,
+                stamp: ProducerStamp | None) -> encode.BatchAttributes:
+    """The batch-wide fields of a batch: the codec, LogAppendTime or not, the producer's."""
+    ttype = 0 if append_time is None else 1
+    if stamp is None:
+        attrs = _PLAIN.get((codec, ttype))
+        if attrs is None:
+            attrs = _PLAIN[codec, ttype] = encode.BatchAttributes(codec, None, ttype)
+        return attrs
+    return encode.BatchAttributes(codec, None, ttype, stamp.transactional, False,
+                                  stamp.producer_id, stamp.epoch, stamp.sequence)
 
 
 def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
-           headers: Headers | None, timestamps: int | Sequence[int], codec: Compression,
+           headers: Headers | None, timestamps: Any, codec: Compression,
            append_time: int | None, stamp: ProducerStamp | None, expect_base: int | None,
-           out: list[fmt.BatchHeader],
-           append: Callable[[bytearray], fmt.BatchHeader]) -> None:
+           out: list[fmt.BatchHeader], append: Callable[[bytearray], fmt.BatchHeader],
+           flags: int) -> bool:
+    """Encode and append (halving while too large); False, with nothing written, when the
+    encoder does not take unchecked arguments as they are (``flags``: :func:`write_unchecked`)."""
     n = len(values)
-    batch = fmt.encode_batch(
-        values,
-        keys=keys,
-        headers=headers,
-        timestamps=timestamps,
-        compression=codec,
-        timestamp_type=0 if append_time is None else 1,
-        max_timestamp=append_time,
-        producer_id=-1 if stamp is None else stamp.producer_id,
-        producer_epoch=-1 if stamp is None else stamp.epoch,
-        base_sequence=-1 if stamp is None else stamp.sequence,
-        is_transactional=stamp is not None and stamp.transactional,
-    )
+    batch = encode.encode_for_append(values, keys, headers, timestamps,
+                                     _attributes(codec, append_time, stamp), append_time, flags)
+    if batch is None:
+        return False
     if len(batch) > p.config.max_message_bytes and n > 1:  # compression made it grow: halve
         mid = n // 2
         for lo, hi in ((0, mid), (mid, n)):
             _write(p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
                    timestamps if isinstance(timestamps, int) else timestamps[lo:hi], codec,
                    append_time, stamp, None if expect_base is None else expect_base + lo, out,
-                   append)
-        return
-    header = append(bytearray(batch))
+                   append, flags)
+        return True
+    header = append(batch)
     if expect_base is not None and header.base_offset != expect_base:
         raise AssertionError(
             f"{p.topic}-{p.partition}: batch landed at {header.base_offset}, "
@@ -141,6 +185,7 @@ def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
     if stamp is not None:
         stamp.advance(n)
     out.append(header)
+    return True
 
 
 def _cut(seq: Sequence[Any] | None, lo: int, hi: int) -> Any:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _validate, partition_read
 from ._batch import record_batch
 from ._client_api import Durability
-from .batch_writer import choose_codec, spread, write_records
+from .batch_writer import choose_codec, spread, write_records, write_unchecked
 from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
 from .config import TopicConfig
@@ -38,7 +38,9 @@ from .partition import Partition, SegmentInfo
 from .partitioner import partition_for_key
 from .reader import Decode
 from .records import Header, Record, RecordBatch, RecordMetadata
+from .segment import _native
 from .segment import format as fmt
+from .segment.codecs import Compression
 from .tiering.upload import drop_below
 from .tiering.upload import enforce_retention as tiered_retention
 from .topics import Topic
@@ -189,6 +191,11 @@ class Log(LogFolder):
         """
         self._check_writer()
         t = self._topic(topic)
+        if headers is None and compression is None and _native.CORE is not None and (
+                values.__class__ is list or values.__class__ is tuple):
+            done = self._append_unchecked(t, values, keys, timestamps, partition)
+            if done is not None:
+                return done
         values, keys, headers = _validate.batch_args(values, keys, headers)
         n = len(values)
         if not n:
@@ -214,6 +221,31 @@ class Log(LogFolder):
             )
             out += [RecordMetadata(t.name, part, h.base_offset, h.max_timestamp) for h in written]
         return out
+
+    def _append_unchecked(self, t: Topic, values: Sequence[Any], keys: object,
+                          timestamps: object, partition: object) -> list[RecordMetadata] | None:
+        """``append_batch``'s common case -- one target partition, no headers, uncompressed --
+        with its values, keys and timestamps checked by the encoder as it reads them
+        (:func:`~embedlog.batch_writer.write_unchecked`). None, with nothing written, when it
+        is not that case: the caller checks every argument in order and raises what it finds,
+        or writes through the general path."""
+        parts, n = t.partitions, len(values)
+        if partition is None and keys is not None and len(parts) == 1:
+            partition = 0  # (keyless records go round-robin, keyed ones spread)
+        if type(partition) is not int or not 0 <= partition < len(parts) or not n:
+            return None
+        if keys is not None and not ((type(keys) is list or type(keys) is tuple)
+                                     and len(keys) == n):
+            return None
+        codec = choose_codec(t.config, None)
+        if codec is not Compression.NONE:
+            return None
+        written = write_unchecked(parts[partition], values, keys,
+                                  self.clock() if timestamps is None else timestamps, codec=codec)
+        if written is None:
+            return None
+        return [RecordMetadata(t.name, partition, h.base_offset, h.max_timestamp)
+                for h in written]
 
     def _append_encoded(self, topic: str, partition: int, batch: bytearray) -> fmt.BatchHeader:
         """Append a batch encoded by the caller (producers, the Spark writer). Its base offset

@@ -4,12 +4,13 @@ The C sources are compiled with ``gcc -fsanitize=address,undefined`` into a copy
 in a scratch directory, and a child Python (with libasan and libubsan preloaded, since the
 interpreter itself is not instrumented) runs the differential tests (hypothesis batches and
 their damaged copies, also decoded by one call from anywhere in a larger read; point reads'
-runs of records), the codec tests, the Arrow sink's differential tests (its one pass over stored
-batches, whole logs read as Arrow), the point reads answered from remembered batches, the key
-map's differential tests, the compaction walks' differential tests (compiled walks, decoded
-columns and pure code on the same logs), the producer lane's differential tests and the
-producer's tests, the real Kafka folders and the corruption corpus against it. Any sanitizer
-report aborts the child; the test fails on a non-zero exit.
+runs of records; append_batch's arguments checked by the encoder), the codec tests, the Arrow
+sink's differential tests (its one pass over stored batches, whole logs read as Arrow), the
+point reads answered from remembered batches, the key map's differential tests, the compaction
+walks' differential tests (compiled walks, decoded columns and pure code on the same logs), the
+producer lane's differential tests and the producer's tests, the real Kafka folders and the
+corruption corpus against it. Any sanitizer report aborts the child; the test fails on a
+non-zero exit.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ TESTS = [
     "tests/test_keymap_core.py",
     "tests/test_compaction_walk.py",
     "tests/test_codec_core.py",
+    "tests/test_append_batch_core.py",
     "tests/test_decode_stored.py",
     "tests/test_arrow_sink.py",
     "tests/test_producer_lane.py",

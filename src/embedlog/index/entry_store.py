@@ -326,14 +326,25 @@ class EntryStore:
         if not self.writable:
             raise ReadOnlyError(f"{type(self).__name__} {self.path} was opened read-only")
 
+    def _writer_ints(self, a: int, b: int) -> tuple[int, int]:
+        """A writer's two integer arguments as ints (``operator.index`` for any but an int),
+        after the writer check (:class:`ReadOnlyError`, or ValueError when closed)."""
+        if self._closed or not self.writable:
+            self._check_writable()
+        return (a if a.__class__ is int else operator.index(a),
+                b if b.__class__ is int else operator.index(b))
+
     def _append_entry(self, key: int, row: tuple[int, ...]) -> None:
         """Write entry ``row`` at slot ``n`` (disk first, then memory)."""
         assert self._key_buf is not None
         n = self._n
         if n >= self._be_buf.shape[0]:
             self._grow(n + 1)
-        _io.pwrite(self._writer_fd(), self._STRUCT.pack(*row), n * self.ENTRY_SIZE)
-        self._be_buf[n] = row
+        at = n * self.ENTRY_SIZE
+        _io.pwrite(self._fd if self._fd is not None else self._writer_fd(),
+                   self._STRUCT.pack(*row), at)
+        # The same bytes into the in-memory copy (cheaper than a structured row assignment).
+        self._STRUCT.pack_into(self._be_buf, at, *row)  # type: ignore[arg-type]
         self._key_buf[n] = key
         self._n = n + 1
 

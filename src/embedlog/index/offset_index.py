@@ -88,17 +88,15 @@ class OffsetIndex(EntryFile):
         ``append(base_offset, 0)`` on an empty index stores nothing: that entry would be all
         zero bytes, which readers take for padding, and it equals the empty-index lookup answer.
         """
-        self._check_writable()
-        offset = operator.index(offset)
-        position = operator.index(position)
-        if self.is_full:
+        offset, position = self._writer_ints(offset, position)
+        n = self._n
+        if n >= self._max_entries:
             raise ValueError(
                 f"offset index {self.path} is full ({self._n} of {self._max_entries} entries)"
             )
         rel = self._relative(offset)
         if not 0 <= position <= INT32_MAX:
             raise ValueError(f"position {position} does not fit an int32 file position")
-        n = self._n
         if n:
             last_rel, last_pos = self._row(n - 1)
             if rel <= last_rel:

@@ -69,6 +69,9 @@ class TimeIndex(EntryFile):
         """``(timestamp, absolute offset)`` of the last entry; ``(-1, base_offset)`` if empty
         (-1 is Kafka's ``NO_TIMESTAMP``)."""
         self._check_open()
+        return self._last_entry()
+
+    def _last_entry(self) -> tuple[int, int]:
         if self._n == 0:
             return (0 if self._virtual_zero else -1), self.base_offset
         ts, rel = self._row(self._n - 1)
@@ -89,18 +92,17 @@ class TimeIndex(EntryFile):
         so a caller may pass per-batch maxima. ``(0, base_offset)`` on an empty index is not
         stored: it would be all zero bytes, which readers take for padding.
         """
-        self._check_writable()
-        timestamp = operator.index(timestamp)
-        offset = operator.index(offset)
-        if not skip_full_check and self.is_full:
+        timestamp, offset = self._writer_ints(timestamp, offset)
+        n = self._n
+        if not skip_full_check and n >= self._max_entries - 1:
             raise ValueError(
                 f"time index {self.path} is full ({self._n} of {self._max_entries} entries, "
                 "one reserved)"
             )
         if not INT64_MIN <= timestamp <= INT64_MAX:
             raise ValueError(f"timestamp {timestamp} does not fit int64")
-        last_ts, last_offset = self.last_entry()
-        if self._n and offset < last_offset:
+        last_ts, last_offset = self._last_entry()
+        if n and offset < last_offset:
             raise ValueError(f"offset {offset} is below the last time-indexed offset {last_offset}")
         rel = self._relative(offset)
         if timestamp <= last_ts:

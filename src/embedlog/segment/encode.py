@@ -7,7 +7,11 @@ sequence, base offset, leader epoch, delete horizon) travels as one frozen
 
 The records section is written by the compiled core when it is built (header, records and
 CRC-32C into one buffer), else by :mod:`embedlog.segment.records_encode`; both give the same
-bytes.
+bytes. An uncompressed batch with timestamps given as Python ints goes through the core's
+``encode_listed`` (:func:`encode_listed`), which reads them itself: no numpy column is made.
+:func:`encode_for_append` is the write path's entry: a bytearray (the partition writes the base
+offset into it), and with :data:`STRICT` the check of ``append_batch``'s arguments as they are
+read.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from embedlog.segment.records_encode import (
     encode_records_vectorised,
 )
 
-__all__ = ["PLAIN", "BatchAttributes", "encode_batch", "rebuild_batch"]
+__all__ = ["PLAIN", "STRICT", "BatchAttributes", "encode_batch", "encode_for_append",
+           "encode_listed", "rebuild_batch"]
 
 I64 = npt.NDArray[np.int64]
 Values = Sequence[bytes | None]
@@ -151,27 +156,22 @@ def encode_batch(
         return _encode_empty(attrs, last_offset_delta, max_timestamp)
     if not isinstance(values, list):
         values = list(values)
-    horizon = attrs.delete_horizon_ms
     if n == 1 and offset_deltas is None and isinstance(timestamps, int):
-        # The single-record append: no numpy at all.
-        base_ts = timestamps if horizon is None else int(horizon)
-        max_ts = timestamps if max_timestamp is None else int(max_timestamp)
-        lod = 0 if last_offset_delta is None else int(last_offset_delta)
-        if not 0 <= lod <= INT32_MAX:
-            raise ValueError(f"last_offset_delta {lod} outside [0, {INT32_MAX}]")
-        h = _Header(attrs.flags, lod, base_ts, max_ts, n)
-        core = _native.CORE
-        if core is not None:
-            return _encode_c(core, values, keys, headers, timestamps - base_ts, None, attrs, h)
-        records = encode_records_scalar(values, keys, headers, [timestamps - base_ts], [0])
-        return _assemble(records, attrs, h)
+        return _encode_one(values, keys, headers, timestamps, attrs, last_offset_delta,
+                           max_timestamp)
+    core = _native.CORE
+    if core is not None and offset_deltas is None and attrs.compression is Compression.NONE:
+        batch = encode_listed(core, values, keys, headers, timestamps, attrs,
+                              last_offset_delta, max_timestamp, 0)
+        if batch is not None:
+            return batch  # type: ignore[return-value]  # (bytes: no _MUTABLE)
+    horizon = attrs.delete_horizon_ms
     ts = _timestamp_column(timestamps, n)
     base_ts = int(ts[0]) if horizon is None else int(horizon)
     max_ts = int(ts.max()) if max_timestamp is None else int(max_timestamp)
     tsd = ts - np.int64(base_ts)
     od, lod = _offset_deltas(offset_deltas, last_offset_delta, n)
     h = _Header(attrs.flags, lod, base_ts, max_ts, n)
-    core = _native.CORE
     if core is not None:
         return _encode_c(core, values, keys, headers, tsd, od, attrs, h)
     if n <= SCALAR_MAX_RECORDS:
@@ -179,6 +179,104 @@ def encode_batch(
     else:
         records = encode_records_vectorised(values, keys, headers, tsd, od)
     return _assemble(records, attrs, h)
+
+
+def _encode_one(values: list[bytes | None], keys: Values | None, headers: Headers | None,
+                timestamp: int, attrs: BatchAttributes, last_offset_delta: int | None,
+                max_timestamp: int | None) -> bytes:
+    """The single-record batch with one int timestamp: no numpy at all (its timestamp delta
+    is exact, so a delete horizon too far from it is refused, not wrapped)."""
+    horizon = attrs.delete_horizon_ms
+    base_ts = timestamp if horizon is None else int(horizon)
+    max_ts = timestamp if max_timestamp is None else int(max_timestamp)
+    lod = 0 if last_offset_delta is None else int(last_offset_delta)
+    if not 0 <= lod <= INT32_MAX:
+        raise ValueError(f"last_offset_delta {lod} outside [0, {INT32_MAX}]")
+    h = _Header(attrs.flags, lod, base_ts, max_ts, 1)
+    core = _native.CORE
+    if core is not None:
+        return _encode_c(core, values, keys, headers, timestamp - base_ts, None, attrs, h)
+    records = encode_records_scalar(values, keys, headers, [timestamp - base_ts], [0])
+    return _assemble(records, attrs, h)
+
+
+STRICT: Final = 1
+"""``encode_listed`` flag: the arguments were not checked yet (see :func:`encode_for_append`)."""
+_MUTABLE: Final = 2
+_KEEP_BASE: Final = 4
+_KEEP_MAX: Final = 8
+
+
+def encode_listed(
+    core: _native.Core,
+    values: Values,
+    keys: Values | None,
+    headers: Headers | None,
+    timestamps: Timestamps,
+    attrs: BatchAttributes,
+    last_offset_delta: int | None,
+    max_timestamp: int | None,
+    flags: int,
+) -> bytes | bytearray | None:
+    """:func:`encode_batch`'s bytes for an uncompressed batch with offset deltas 0..n-1 and
+    timestamps as Python ints (a list or tuple, or one int), in one pass of the compiled core
+    (``_ccodec.encode_listed``): no numpy column is made. A bytearray with ``_MUTABLE`` in
+    ``flags``. None when it is not that case (the caller takes the general path, which gives
+    the same bytes or raises what the general path raises): no values, a header field or
+    ``last_offset_delta`` out of range, a timestamp that is not an int of int64's range, or,
+    with :data:`STRICT`, an item :func:`encode_for_append` does not take as is."""
+    n = len(values)
+    horizon = attrs.delete_horizon_ms
+    lod = n - 1 if last_offset_delta is None else last_offset_delta
+    if lod.__class__ is not int or not n - 1 <= lod <= INT32_MAX:
+        return None
+    if horizon is not None:
+        if horizon.__class__ is not int:
+            return None
+        flags |= _KEEP_BASE
+    if max_timestamp is not None:
+        if max_timestamp.__class__ is not int:
+            return None
+        flags |= _KEEP_MAX
+    try:
+        hdr = HEADER.pack(
+            attrs.base_offset, 0, attrs.leader_epoch, MAGIC, 0, attrs.flags, lod,
+            horizon or 0, max_timestamp or 0, attrs.producer_id, attrs.producer_epoch,
+            attrs.base_sequence, n,
+        )  # fmt: skip
+    except struct.error:
+        return None
+    return core.encode_listed(values, keys, headers, timestamps, hdr, flags)
+
+
+def encode_for_append(
+    values: Values,
+    keys: Values | None,
+    headers: Headers | None,
+    timestamps: int | Sequence[int],
+    attrs: BatchAttributes,
+    max_timestamp: int | None,
+    flags: int = 0,
+) -> bytearray | None:
+    """:func:`encode_batch` (offset deltas 0..n-1) as a bytearray: the partition writes the
+    base offset into it in place, so it is never copied.
+
+    With :data:`STRICT` in ``flags`` the values, keys and timestamps are ``append_batch``'s
+    arguments not checked yet: only an uncompressed batch of the plain case (values and keys
+    None or bytes-like -- bytes, bytearray, a C-contiguous memoryview --, timestamps ints in
+    ``[0, 2**63)``, one per value or one for all) is encoded, by the compiled core as it
+    checks them; anything else, and everything without the core, gives None (the caller
+    checks its arguments and takes the general path)."""
+    core = _native.CORE
+    if core is not None and attrs.compression is Compression.NONE:
+        batch = encode_listed(core, values, keys, headers, timestamps, attrs, None,
+                              max_timestamp, flags | _MUTABLE)
+        if batch is not None or flags & STRICT:
+            return batch  # type: ignore[return-value]
+    elif flags & STRICT:
+        return None
+    return bytearray(encode_batch(values, keys=keys, headers=headers, timestamps=timestamps,
+                                  attrs=attrs, max_timestamp=max_timestamp))
 
 
 def _encode_c(

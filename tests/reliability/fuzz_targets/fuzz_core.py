@@ -1,4 +1,4 @@
-"""atheris target: the compiled codec core against the pure-Python decoder.
+"""atheris target: the compiled codec core against the pure-Python decoder and encoder.
 
 Each input is a record batch (the first byte picks CRC fix-up, a record count lie and a
 point-read range); both implementations decode it and must return the same columns, values,
@@ -8,11 +8,18 @@ placed after a few bytes of a larger read (the compiled core's one call for a wh
 sink's one pass over the batch (``ArrowSink.append``) must append exactly the rows of the
 decoder's columns, or nothing when the decoder refuses the batch. The records section read as a
 point read's run of records (``run_records``, a record count from the first byte) must give
-the same records or error with either implementation. Coverage guidance comes
-from the instrumented pure decoder. Skips (exit 0 at once) when the core is not built.
+the same records or error with either implementation.
+
+The same input, read as ``append_batch`` arguments (values, keys and timestamps of every
+kind, good and bad), goes to the encoder: ``encode_batch`` by the core (its listed-timestamps
+pass, ``encode_listed``) must give the pure encoder's bytes or error, and the strict encoder
+of unchecked arguments (``encode_for_append`` with ``STRICT``) must encode exactly the plain
+arguments, to those bytes, and give None for anything else. Coverage guidance comes from the
+instrumented pure code. Skips (exit 0 at once) when the core is not built.
 """
 
 import sys
+from collections.abc import Callable
 
 import atheris  # type: ignore[import-untyped]
 import crc32c
@@ -20,7 +27,7 @@ import numpy  # imported first so that only embedlog is instrumented
 
 with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.errors import CorruptBatchError
-    from embedlog.segment import _native, decode
+    from embedlog.segment import _native, decode, encode
     from embedlog.segment import format as fmt
     from embedlog.segment.run_records import run_records
 
@@ -102,6 +109,82 @@ def _sink_rows(buf: bytes, fused: bool) -> object:
     return sink.finish()
 
 
+class _Bytes(bytes):
+    pass
+
+
+def _item(kind: int, raw: bytes) -> object:
+    """A value or key of one of the kinds append_batch may be given."""
+    made = (None, raw, bytearray(raw), memoryview(raw), memoryview(raw)[::2], raw.hex(),
+            len(raw), _Bytes(raw))
+    return made[kind % len(made)]
+
+
+def _stamp(kind: int, raw: bytes) -> object:
+    value = int.from_bytes(raw.ljust(8, b"\0"), "big", signed=True)
+    made = (value, abs(value), kind, value + 2**64, True, float(kind), str(kind), None)
+    return made[kind % len(made)]
+
+
+def _arguments(data: bytes) -> tuple[list[object], list[object] | None, object]:
+    """values, keys (None or one per value) and timestamps (a list, a tuple, one value, or a
+    list of the wrong length) read from the input."""
+    n, form, pos = data[0] % 9, data[1], 2
+    items: list[object] = []
+    while len(items) < n * (1 + (form & 1)) and pos + 2 <= len(data):
+        size = data[pos + 1] % 24
+        items.append(_item(data[pos], data[pos + 2:pos + 2 + size]))
+        pos += 2 + size
+    n = len(items) // (1 + (form & 1))
+    values, keys = items[:n], (items[n:2 * n] if form & 1 else None)
+    stamps = []
+    for _ in range(n + ((form >> 3) & 1)):
+        stamps.append(_stamp(data[pos] if pos < len(data) else 0, data[pos + 1:pos + 9]))
+        pos += 9
+    shape = (form >> 1) & 3
+    return values, keys, (stamps if shape < 2 else tuple(stamps) if shape == 2
+                          else stamps[0] if stamps else 0)
+
+
+def _plain(item: object) -> bool:
+    if type(item) is memoryview:
+        return item.c_contiguous
+    return item is None or type(item) is bytes or type(item) is bytearray
+
+
+def _outcome(fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except Exception as e:
+        return (type(e), str(e))
+
+
+def check_encoder(data: bytes) -> None:
+    values, keys, stamps = _arguments(data)
+    items = values + (keys or [])
+    column = list(stamps) if isinstance(stamps, list | tuple) else [stamps] * len(values)
+    plain = bool(values) and all(_plain(i) for i in items) and len(column) == len(values) and all(
+        type(t) is int and 0 <= t < 2**63 for t in column)
+    saved = _native.CORE
+    try:
+        _native.CORE = _ccodec
+        strict = encode.encode_for_append(values, keys, None, stamps, encode.PLAIN, None,
+                                          encode.STRICT)  # type: ignore[arg-type]
+        if all(_plain(i) for i in items):  # the encoders' (shared) refusals of other items aside
+            got_c = _outcome(lambda: fmt.encode_batch(values, keys=keys, timestamps=stamps))
+            _native.CORE = None
+            got_py = _outcome(lambda: fmt.encode_batch(values, keys=keys, timestamps=stamps))
+            if got_c != got_py:
+                raise AssertionError(f"compiled encoder {got_c!r} != pure {got_py!r}")
+            if plain and strict != got_py:
+                raise AssertionError(f"strict encoder {strict!r} != {got_py!r}")
+    finally:
+        _native.CORE = saved
+    if (strict is not None) != plain:
+        raise AssertionError(f"strict encoder gave {strict!r} for {values!r}, {keys!r}, "
+                             f"{stamps!r}")
+
+
 def _run(buf: bytes, n: int) -> object:
     """The bytes after the header as a run of ``n`` records of that batch (run_records)."""
     try:
@@ -114,6 +197,7 @@ def _run(buf: bytes, n: int) -> object:
 def test_one_input(data: bytes) -> None:
     if len(data) < 2:
         return
+    check_encoder(data)
     mode, buf = data[0], bytearray(data[1:])
     first, count = (mode >> 2) & 7, (None if mode & 0x20 else (mode >> 6))
     if len(buf) >= fmt.HEADER_SIZE:

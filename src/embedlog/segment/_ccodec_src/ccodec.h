@@ -19,7 +19,7 @@
  * One extension module from several translation units, each owning one part:
  *   decode.c      the record walk, field columns, headers, decode() and decode_stored()
  *   records.c     slices(), gather() and records(): Python objects from decoded columns
- *   encode.c      encode(): records sections and whole batches
+ *   encode.c      encode() and encode_listed(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
  *   point.c       run_records(): a point read's run of records straight into Records;
@@ -51,6 +51,10 @@
 #define HOT_INLINE static inline
 #define PREFETCH(address) ((void)0)
 #endif
+
+/* Reading the user's objects is bound by memory latency (a batch's values, keys and ints are
+ * rarely in cache): the encoder asks for what it reads PREFETCH_AHEAD items ahead. */
+#define PREFETCH_AHEAD 16
 
 #define MIN_BODY 6
 #define INT32_MAX_ 2147483647LL
@@ -88,6 +92,7 @@ ELC_FUNCTION(slices);          /* records.c */
 ELC_FUNCTION(gather);          /* records.c */
 ELC_FUNCTION(records);         /* records.c */
 ELC_FUNCTION(encode);          /* encode.c */
+ELC_FUNCTION(encode_listed);   /* encode.c */
 ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
 ELC_FUNCTION(run_records);     /* point.c */

@@ -30,6 +30,7 @@ static PyMethodDef methods[] = {
     {"gather", elc_py_gather, METH_O, elc_gather_doc},
     {"records", elc_py_records, METH_VARARGS, elc_records_doc},
     {"encode", elc_py_encode, METH_VARARGS, elc_encode_doc},
+    {"encode_listed", elc_py_encode_listed, METH_VARARGS, elc_encode_listed_doc},
     {"first_not_bytes", elc_py_first_not_bytes, METH_O, elc_first_not_bytes_doc},
     {"first_not_int64", elc_py_first_not_int64, METH_VARARGS, elc_first_not_int64_doc},
     {"run_records", elc_py_run_records, METH_VARARGS, elc_run_records_doc},
