@@ -3,6 +3,7 @@ own errors naming the argument, and no call can write a checkpoint that a later 
 
 from __future__ import annotations
 
+import array
 import contextlib
 import decimal
 import json
@@ -28,6 +29,7 @@ from embedlog.errors import (
     UsageError,
 )
 from embedlog.groups import GroupState
+from embedlog.segment import _native
 
 TP = TopicPartition("t", 0)
 NOT_INTEGERS = [True, False, 1.5, 2.0, decimal.Decimal(2), np.float64(2.0), np.True_, "1", b"1",
@@ -94,6 +96,36 @@ def test_bytes_and_headers() -> None:
             _validate.headers(bad)
     with pytest.raises(ArgumentOutOfRangeError, match="UTF-8"):
         _validate.headers([("\ud800", b"")])
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_memoryviews_of_any_shape_are_stored_as_their_bytes(
+        log: embedlog.Log, monkeypatch: pytest.MonkeyPatch, pure: bool) -> None:
+    """A view's length is not its size when its items are wider than a byte or it has more
+    than one dimension: every writer stores its bytes (the pure encoder once wrote the item
+    count as the length, a corrupt batch); released and non-contiguous views are refused."""
+    if pure:
+        monkeypatch.setattr(_native, "CORE", None)
+    wide = memoryview(array.array("H", [1, 2, 3]))
+    square = memoryview(bytearray(b"abcd")).cast("B", (2, 2))
+    empty = memoryview(array.array("H"))
+    log.create_topic("t")
+    log.append("t", wide, key=square, headers=[("h", square)], partition=0)
+    log.append_batch("t", [square, empty], keys=[wide, None], partition=0)
+    with log.producer() as producer:
+        producer.send("t", square, key=wide, headers=[("h", wide)], partition=0)
+    got = [(r.key, r.value, list(r.headers or ())) for r in log.read("t", 0)]
+    assert got == [(b"abcd", wide.tobytes(), [("h", b"abcd")]),
+                   (wide.tobytes(), b"abcd", []), (None, b"", []),
+                   (wide.tobytes(), b"abcd", [("h", wide.tobytes())])]
+    released = memoryview(b"x")
+    released.release()
+    for bad, why in ((memoryview(b"abcdef")[::2], "non-contiguous"), (released, "released")):
+        with pytest.raises(InvalidArgumentError, match=why):
+            log.append("t", bad, partition=0)
+        with pytest.raises(InvalidArgumentError, match=rf"values\[0\] is a {why}"):
+            log.append_batch("t", [bad], partition=0)
+    assert log.end_offset("t", 0) == 4
 
 
 # ---------------------------------------------------------------------- class 3: offsets

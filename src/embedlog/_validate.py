@@ -8,8 +8,9 @@ Rules (the same everywhere):
   their value. The result is a plain ``int``.
 * **Offsets** and **timestamps** fit Kafka's signed 64-bit fields: ``0 <= x < 2**63``. A
   **partition** is ``0 <= x < 2**31``; whether it exists is the log's check.
-* **Bytes** are ``bytes``, ``bytearray`` or ``memoryview`` (kept as given); a ``str`` is refused
-  with a hint to encode it.
+* **Bytes** are ``bytes``, ``bytearray`` or ``memoryview`` (kept as given; a memoryview of
+  another shape or item size becomes a flat view of its bytes, a released or non-contiguous one
+  is refused); a ``str`` is refused with a hint to encode it.
 * A **header** is a ``(str, bytes-like | None)`` pair.
 
 Wrong types raise :class:`~embedlog.errors.InvalidArgumentError` (also a ``TypeError``), values
@@ -167,14 +168,31 @@ def seconds(value: object, name: str) -> float:
 
 
 def optional_bytes(value: object, name: str) -> Any:
-    """``None`` or a bytes-like value (returned as given)."""
-    if value is None or type(value) is bytes or isinstance(value, bytearray | memoryview):
+    """``None`` or a bytes-like value (returned as given; a memoryview as a flat byte view)."""
+    if value is None or type(value) is bytes or isinstance(value, bytearray):
         return value
+    if isinstance(value, memoryview):
+        return _byte_view(value, name)
     if isinstance(value, bytes):
         return bytes(value)
     hint = " (encode it first, e.g. value.encode())" if isinstance(value, str) else ""
     raise InvalidArgumentError(
         f"{name} must be bytes, bytearray, memoryview or None, not {_type_name(value)}{hint}")
+
+
+def _byte_view(value: memoryview, name: str) -> memoryview:
+    """``value`` as a one-dimensional view of unsigned bytes, so that its length is its size in
+    bytes whatever its shape or item format; a released or non-contiguous view is refused."""
+    try:
+        contiguous = value.c_contiguous
+    except ValueError:
+        raise InvalidArgumentError(f"{name} is a released memoryview") from None
+    if not contiguous:
+        raise InvalidArgumentError(
+            f"{name} is a non-contiguous memoryview (copy it first, e.g. bytes(view))")
+    if value.ndim == 1 and value.itemsize == 1:
+        return value
+    return value.cast("B") if value.nbytes else memoryview(b"")  # (cast refuses empty shapes)
 
 
 def bytes_values(values: object, name: str) -> Sequence[Any]:
@@ -188,8 +206,9 @@ def bytes_values(values: object, name: str) -> Sequence[Any]:
         values = list(values)  # type: ignore[call-overload]
     seq: Sequence[Any] = values  # type: ignore[assignment]
     if not _all_bytes(seq):
-        for i, v in enumerate(seq):
-            optional_bytes(v, f"{name}[{i}]")
+        checked = [optional_bytes(v, f"{name}[{i}]") for i, v in enumerate(seq)]
+        if any(a is not b for a, b in zip(checked, seq, strict=True)):
+            return checked  # a memoryview made a flat byte view
     return seq
 
 

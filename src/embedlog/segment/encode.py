@@ -139,13 +139,14 @@ def encode_batch(
 ) -> bytes:
     """Encode one complete v2 batch (correct batchLength and CRC-32C).
 
-    ``values[i]``/``keys[i]`` None = null (``keys=None``: every key null); ``headers[i]`` a
-    sequence of (str, bytes | None) or None. ``timestamps``: one int for all records or one per
-    record. ``offset_deltas`` (default 0..n-1) must be strictly increasing and >= 0;
-    ``last_offset_delta`` defaults to the last of them and may be larger (compaction keeps the
-    original). baseTimestamp is the first record's timestamp, or ``attrs.delete_horizon_ms``
-    (deltas are then relative to it); maxTimestamp is the largest timestamp unless
-    ``max_timestamp`` is given (LogAppendTime callers pass the append time).
+    ``values[i]``/``keys[i]`` None = null (``keys=None``: every key null), else bytes, a
+    bytearray or a one-dimensional memoryview of single bytes (the argument checks flatten any
+    other view); ``headers[i]`` a sequence of (str, bytes | None) or None. ``timestamps``: one
+    int for all records or one per record. ``offset_deltas`` (default 0..n-1) must be strictly
+    increasing and >= 0; ``last_offset_delta`` defaults to the last of them and may be larger
+    (compaction keeps the original). baseTimestamp is the first record's timestamp, or
+    ``attrs.delete_horizon_ms`` (deltas are then relative to it); maxTimestamp is the largest
+    timestamp unless ``max_timestamp`` is given (LogAppendTime callers pass the append time).
 
     With no records (compaction's empty batch) ``last_offset_delta`` is required and, as in
     Kafka's ``writeEmptyHeader``, the batch is the 61-byte header with codec none,

@@ -63,7 +63,7 @@ typedef struct {
 #define LISTED_KEEP_MAX 8
 
 /* 0, -1 with an exception, or NOT_PLAIN (strict: not None, bytes, a bytearray or a
- * C-contiguous memoryview). */
+ * C-contiguous one-dimensional memoryview of single bytes). */
 static int
 get_item(EncodeState *st, PyObject *obj, Item *it)
 {
@@ -77,6 +77,11 @@ get_item(EncodeState *st, PyObject *obj, Item *it)
     }
     if (st->strict && !PyByteArray_Check(obj) && !PyMemoryView_Check(obj))
         return NOT_PLAIN;
+    if (st->strict && PyMemoryView_Check(obj)) { /* the checks flatten any other view */
+        const Py_buffer *mv = PyMemoryView_GET_BUFFER(obj);
+        if (mv->ndim != 1 || mv->itemsize != 1)
+            return NOT_PLAIN;
+    }
     if (st->views == NULL) { /* the first non-bytes item: room for every key and value */
         st->views = PyMem_Malloc((2 * st->n + 1) * sizeof(Py_buffer));
         if (st->views == NULL) {
