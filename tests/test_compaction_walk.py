@@ -294,3 +294,15 @@ def test_records_out_of_offset_order_are_refused_as_corrupt_and_nothing_is_lost(
                     log.compact("t", now_ms=T0 + DAY)
                 after = {p.name: p.read_bytes() for p in (root / "t-0").glob("*.log")}
                 assert after == before, name
+
+
+def test_an_offset_delta_past_the_last_one_is_the_same_error_in_every_mode() -> None:
+    """A record whose offset delta exceeds its batch's lastOffsetDelta (under a valid CRC): the
+    batch's own decoder reports it, with its byte, whichever path read the batch first."""
+    raw = bytearray(fmt.encode_batch([b"x", b"y"], keys=[b"a", b"a"], timestamps=T0))
+    raw[23:27] = (0).to_bytes(4, "big")  # lastOffsetDelta 0; the second record says 1
+    raw[17:21] = crc32c.crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    _compare([bytes(raw), "roll", ("compact", 1)])
+    with mode("walk"), tempfile.TemporaryDirectory() as tmp:
+        outcome, _ = _run(pathlib.Path(tmp), [bytes(raw), "roll", ("compact", 1)], None)
+    assert outcome[0][0] == "CorruptBatchError" and "(byte" in outcome[0][1]
