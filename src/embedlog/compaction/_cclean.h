@@ -77,6 +77,8 @@ walk_batch(const uint8_t *d, const int64_t *row, Walked *out)
         x->end = p + w + len;
         if (fast_record(d, p + w, x->end, &bi, &x->r) < 0)
             return -1;
+        if (i > 0 && x->r.od <= out[i - 1].r.od) /* out of offset order: the columns' error */
+            return -1;
         x->minimal = w == varint_width(len) &&
                      x->r.kp == p + w + 1 + varint_width(x->r.tsd) + varint_width(x->r.od) +
                                     varint_width(x->r.kl) &&

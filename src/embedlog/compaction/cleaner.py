@@ -49,13 +49,12 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _io
-from ..errors import CorruptBatchError
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
 from ..segment import format as fmt
 from ..segment.segment import Segment
 from . import walk
-from .columns import Columns, decode_batches, section
+from .columns import Columns, decode_batches, out_of_order, section
 from .digest import Digester, padded
 from .mapping import KeyMapper, KnownChunk
 from .plan import Cleanable, cleanable, group_segments
@@ -429,8 +428,7 @@ class _Pass:
         deltas = sub.offsets - h.base_offset
         if len(deltas) and (int(deltas[0]) < 0 or int(deltas[-1]) > h.last_offset_delta
                             or bool((np.diff(deltas) <= 0).any())):
-            raise CorruptBatchError(f"batch at offset {h.base_offset}: its records' offsets "
-                                    "are not increasing inside [0, lastOffsetDelta]")
+            raise out_of_order(h.base_offset)
         return fmt.encode_batch(
             sub.values(), keys=sub.keys(), headers=sub.headers, timestamps=sub.timestamps,
             base_offset=h.base_offset, compression=h.compression,

@@ -139,10 +139,34 @@ def _virtual_header(size: int, count: int) -> fmt.BatchHeader:
 def decode_batches(
     batches: Sequence[tuple[bytes | memoryview, fmt.BatchHeader]],
 ) -> Columns:
-    """Decode the records of data batches ``(raw batch, header)`` into one :class:`Columns`.
+    """Decode the records of data batches ``(raw batch, header)`` into one :class:`Columns`,
+    each batch's records in strictly increasing offset order (what every writer makes and the
+    cleaner's rewrite relies on).
 
     Raises :class:`~embedlog.errors.CorruptBatchError` for a damaged batch.
     """
+    cols = _decode_batches(batches)
+    offsets, first = cols.records.offsets, cols.first
+    if len(offsets) > 1:
+        bad = np.diff(offsets) <= 0
+        starts = first[1:-1]
+        bad[starts[(starts >= 1) & (starts < len(offsets))] - 1] = False  # across batches
+        if bool(bad.any()):
+            b = int(np.searchsorted(first, int(np.argmax(bad)) + 1, side="right")) - 1
+            raise out_of_order(batches[b][1].base_offset)
+    return cols
+
+
+def out_of_order(base_offset: int) -> CorruptBatchError:
+    """The error of a batch whose records are not in increasing offset order."""
+    return CorruptBatchError(f"batch at offset {base_offset}: its records' offsets are not "
+                             "increasing inside [0, lastOffsetDelta]")
+
+
+def _decode_batches(
+    batches: Sequence[tuple[bytes | memoryview, fmt.BatchHeader]],
+) -> Columns:
+    """:func:`decode_batches` before the order check."""
     heads = [h for _, h in batches]
     counts = np.fromiter((h.records_count for h in heads), np.int64, len(heads))
     first = np.zeros(len(heads) + 1, np.int64)
