@@ -184,3 +184,30 @@ def test_the_sink_is_used_and_skips_unasked_columns(log: embedlog.Log) -> None:
 def _schema(names: tuple[str, ...]) -> Any:
     from embedlog.arrow.schema import project
     return project(list(names))[1]
+
+
+def test_a_fresh_process_reads_arrow_and_spark_tasks_without_importing_pandas(
+        tmp_path: Any) -> None:
+    """``pa.array`` of a numpy array and ``pa.repeat`` import pandas on their first call (0.3 s
+    in each fresh Spark worker, most of a ``limit(1)`` query): the Arrow columns are built from
+    their buffers instead."""
+    import subprocess
+    import sys
+
+    with embedlog.open(tmp_path / "log") as log:
+        log.create_topic("t")
+        log.append_batch("t", [b"v%d" % i for i in range(50)], keys=[b"k"] * 50, partition=0)
+    code = (
+        "import sys, embedlog\n"
+        "from embedlog.spark.source import EmbedlogDataSource\n"
+        "from embedlog.spark.schema import kafka_schema\n"
+        f"path = {str(tmp_path / 'log')!r}\n"
+        "with embedlog.open(path, read_only=True) as log:\n"
+        "    table = log.read_arrow('t').read_all()\n"
+        "reader = EmbedlogDataSource({'path': path, 'subscribe': 't'}).reader(kafka_schema())\n"
+        "rows = sum(b.num_rows for task in reader.partitions() for b in reader.read(task))\n"
+        "print(table.num_rows, rows, 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split() == ["50", "50", "False"], out.stderr[-2000:]

@@ -87,8 +87,9 @@ class SinkColumns:
                 arrays.append(pa.Array.from_buffers(pa.int64(), rows,
                                                     [None, pa.py_buffer(offsets)]))
             elif name == "timestamp":
-                micros = np.frombuffer(stamps, np.int64) * 1000
-                arrays.append(pa.array(micros, type=pa.int64()).view(arrow_type))
+                micros = np.frombuffer(stamps, np.int64) * 1000  # (no pa.array: see arrays)
+                arrays.append(pa.Array.from_buffers(arrow_type, rows,
+                                                    [None, pa.py_buffer(micros)]))
             elif name in built:
                 arrays.append(_binary(rows, built[name]))
             elif name in ("topic", "partition"):
