@@ -54,7 +54,7 @@ from ..partition import Partition
 from ..segment import format as fmt
 from ..segment.segment import Segment
 from . import walk
-from .columns import Columns, decode_batches, out_of_order, section
+from .columns import Columns, decode_batches, section
 from .digest import Digester, padded
 from .mapping import KeyMapper, KnownChunk
 from .plan import Cleanable, cleanable, group_segments
@@ -425,17 +425,13 @@ class _Pass:
             value_pos=records.value_pos[idx], value_len=records.value_len[idx],
             headers=None if records.headers is None else [records.headers[i] for i in idx],
         )  # fmt: skip
-        deltas = sub.offsets - h.base_offset
-        if len(deltas) and (int(deltas[0]) < 0 or int(deltas[-1]) > h.last_offset_delta
-                            or bool((np.diff(deltas) <= 0).any())):
-            raise out_of_order(h.base_offset)
         return fmt.encode_batch(
             sub.values(), keys=sub.keys(), headers=sub.headers, timestamps=sub.timestamps,
             base_offset=h.base_offset, compression=h.compression,
             timestamp_type=h.timestamp_type, producer_id=h.producer_id,
             producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
             is_transactional=h.is_transactional, is_control=h.is_control,
-            leader_epoch=h.leader_epoch, offset_deltas=deltas,
+            leader_epoch=h.leader_epoch, offset_deltas=sub.offsets - h.base_offset,
             last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon,
             max_timestamp=h.max_timestamp if h.timestamp_type == 1 else None,
         )  # fmt: skip
