@@ -14,14 +14,16 @@ whoever lists the partition (:mod:`embedlog.loader`); a segment opened on its ow
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptBatchError
+from ..naming import LOG_SUFFIX, parse_segment_file
 from . import format as fmt
 from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
-from .rules import FREE, BackwardsError, Bounds, check_order
+from .rules import FREE, BackwardsError, Bounds, GapError, check_order
 
 __all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
 
@@ -45,6 +47,7 @@ class SegmentScan(SegmentFiles):
     """The batch walk of one segment's ``.log`` (see the module notes)."""
 
     base_offset: int
+    directory: str
     live: bool
     settings: SegmentSettings
     crc_memo: Memo
@@ -129,7 +132,7 @@ class SegmentScan(SegmentFiles):
         header = self._next(buf, 0, position, checked, self.settings.max_batch_bytes)
         if header is None or header.size != size:
             return None
-        after = check_order(header, floor, self.base_offset, self.log_path, position, self.bounds)
+        after = self._ordered(header, floor, position)
         if len(buf) - size < fmt.HEADER_SIZE:
             return buf, 0, header  # no whole header follows: the walk would yield it too
         try:
@@ -142,6 +145,33 @@ class SegmentScan(SegmentFiles):
             pass  # the next batch's own damage, reported by the walk that reads it
         return buf, 0, header
 
+    def _ordered(self, header: fmt.BatchHeader, floor: int | None, position: int) -> int:
+        """:func:`.rules.check_order` under this segment's bounds. A read-only view's last
+        segment (``live``) is dense because it was the active segment when the view listed the
+        folder; if the writer has rolled past it since (a later segment is listed now), it is a
+        sealed segment like any other, which compaction may have rewritten with gaps (the view
+        can list the folder before the roll and open the file after the swap): the rule is
+        dropped for it and the batch checked again without it."""
+        try:
+            return check_order(header, floor, self.base_offset, self.log_path, position,
+                               self.bounds)
+        except GapError:
+            later = self._later_bases() if self.live else []
+            if not later:
+                raise  # still the active segment: a gap in it is damage
+            self.bounds = Bounds(min(later), False)
+            return check_order(header, floor, self.base_offset, self.log_path, position,
+                               self.bounds)
+
+    def _later_bases(self) -> list[int]:
+        """Base offsets of the segments listed after this one in its folder now."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return [p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX
+                and not p[2] and p[0] > self.base_offset]
+
     def _walk(self, position: int, end: int | None, verify: bool, partial_tail: bool | None,
               floor: int | None) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
         """The batches from byte ``position``, each checked on its own (:meth:`batches`);
@@ -150,15 +180,13 @@ class SegmentScan(SegmentFiles):
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
         chunk = FIRST_CHUNK
-        bounds = self.bounds
         checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
         while position < limit:
             buf = self.pread(position, min(chunk, limit - position))
             chunk = min(chunk * 4, READ_CHUNK)
             p = 0
             while (header := self._next(buf, p, position, checked, max_batch)) is not None:
-                floor = check_order(header, floor, self.base_offset, self.log_path,
-                                    position + p, bounds)
+                floor = self._ordered(header, floor, position + p)
                 yield buf, p, header
                 p += header.size
             if p == 0:
@@ -173,8 +201,7 @@ class SegmentScan(SegmentFiles):
                 header = self._next(buf, 0, position, checked, max_batch)
                 if header is None:
                     break
-                floor = check_order(header, floor, self.base_offset, self.log_path, position,
-                                    bounds)
+                floor = self._ordered(header, floor, position)
                 yield buf, 0, header
                 p = header.size
             position += p
