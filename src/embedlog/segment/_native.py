@@ -87,6 +87,8 @@ class Core(Protocol):
 
     def file_identity(self, fd: int, /) -> tuple[int, int, int, int] | None: ...
 
+    def SlotBuilder(self, cls: type[Any], setters: tuple[Any, ...], /) -> Any: ...
+
 
 def load_compiled(module: str) -> Any:
     """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``

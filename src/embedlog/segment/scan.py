@@ -27,7 +27,7 @@ from .rules import FREE, BackwardsError, Bounds, GapError, check_order
 
 __all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
 
-READ_CHUNK = 1 << 20  # largest pread while scanning batches
+READ_CHUNK = 1 << 18  # largest pread while scanning batches (what one walk step reads stays in L2)
 FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
 
 

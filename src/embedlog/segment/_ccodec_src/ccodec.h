@@ -24,6 +24,7 @@
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
  *   point.c       run_records(): a point read's run of records straight into Records;
  *                 file_identity(): a segment file's identity (four fields of fstat)
+ *   builder.c     the SlotBuilder type: frozen, slotted dataclasses built without a frame
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -65,6 +66,7 @@
 ELC_INTERNAL extern PyObject *elc_corrupt_batch_error; /* embedlog.errors.CorruptBatchError */
 ELC_INTERNAL extern PyObject *elc_crc32c;              /* crc32c.crc32c */
 ELC_INTERNAL extern PyTypeObject elc_sink_type;        /* ArrowSink (arrow_sink.c) */
+ELC_INTERNAL extern PyTypeObject elc_builder_type;     /* SlotBuilder (builder.c) */
 
 /* A contiguous buffer of one fixed item size (the numpy columns handed in). module.c */
 ELC_INTERNAL int elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize,
