@@ -4,7 +4,8 @@
 :meth:`SegmentScan.batches` is the one walk every reader of a segment uses -- reads, tail walks,
 index rebuilds, recovery and ``embedlog verify`` -- so the framing, CRC and offset rules
 (:mod:`.rules`) are applied the same way everywhere. It reads in chunks (a first small one, so
-a point lookup does not read a whole MiB), verifies each batch's CRC once per sealed file
+a point lookup does not read much; then at most 256 KiB, so that what one step reads is still
+in the core's L2 cache when its batches are checked and decoded), verifies each batch's CRC once per sealed file
 (:mod:`.crc_memo`), and names the file and byte position of the first invalid batch.
 
 The offset rules that depend on the segment's place in its partition (:class:`.rules.Bounds`:
@@ -27,8 +28,8 @@ from .rules import FREE, BackwardsError, Bounds, GapError, check_order
 
 __all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
 
-READ_CHUNK = 1 << 18  # largest pread while scanning batches (what one walk step reads stays in L2)
-FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
+READ_CHUNK = 1 << 18  # largest pread while scanning batches
+FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read much
 
 
 @dataclass(frozen=True, slots=True)
