@@ -5,8 +5,9 @@
 index rebuilds, recovery and ``embedlog verify`` -- so the framing, CRC and offset rules
 (:mod:`.rules`) are applied the same way everywhere. It reads in chunks (a first small one, so
 a point lookup does not read much; then at most 256 KiB, so that what one step reads is still
-in the core's L2 cache when its batches are checked and decoded), verifies each batch's CRC once per sealed file
-(:mod:`.crc_memo`), and names the file and byte position of the first invalid batch.
+in the core's L2 cache when its batches are checked and decoded), verifies each batch's CRC
+once per sealed file (:mod:`.crc_memo`), and names the file and byte position of the first
+invalid batch.
 
 The offset rules that depend on the segment's place in its partition (:class:`.rules.Bounds`:
 the next segment's base offset, whether the segment has no gaps) are given to the segment by
