@@ -5,7 +5,8 @@
 index rebuilds, recovery and ``embedlog verify`` -- so the framing, CRC and offset rules
 (:mod:`.rules`) are applied the same way everywhere. It reads in chunks (a first small one, so
 a point lookup does not read much; then at most 256 KiB, so that what one step reads is still
-in the core's L2 cache when its batches are checked and decoded), verifies each batch's CRC
+in the core's L2 cache when its batches are checked and decoded; up to 1 MiB, two at a time,
+once batches larger than a chunk turn up), verifies each batch's CRC
 once per sealed file (:mod:`.crc_memo`), and names the file and byte position of the first
 invalid batch.
 
@@ -27,9 +28,10 @@ from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
 from .rules import FREE, BackwardsError, Bounds, GapError, check_order
 
-__all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
+__all__ = ["FIRST_CHUNK", "LARGE_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
 
-READ_CHUNK = 1 << 18  # largest pread while scanning batches
+READ_CHUNK = 1 << 18  # largest pread while scanning batches that fit it
+LARGE_CHUNK = 1 << 20  # largest pread once a batch larger than a chunk was met (two of its size)
 FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read much
 
 
@@ -181,11 +183,11 @@ class SegmentScan(SegmentFiles):
         tail_ok = self.live if partial_tail is None else partial_tail
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
-        chunk = FIRST_CHUNK
+        chunk, cap = FIRST_CHUNK, READ_CHUNK
         checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
         while position < limit:
             buf = self.pread(position, min(chunk, limit - position))
-            chunk = min(chunk * 4, READ_CHUNK)
+            chunk = min(chunk * 4, cap)
             p = 0
             while (header := self._next(buf, p, position, checked, max_batch)) is not None:
                 floor = self._ordered(header, floor, position + p)
@@ -199,6 +201,9 @@ class SegmentScan(SegmentFiles):
                 total = 12 + int.from_bytes(buf[8:12], "big", signed=True)
                 if total <= len(buf) or total > limit - position:
                     break
+                # Later reads take two batches of this size at once (at most LARGE_CHUNK), so
+                # that batches a little larger than a chunk are not each read twice.
+                cap = chunk = max(cap, min(2 * total, LARGE_CHUNK))
                 buf = self.pread(position, total)
                 header = self._next(buf, 0, position, checked, max_batch)
                 if header is None:
