@@ -96,7 +96,11 @@ def build(workdir: str, records: int, partitions: int, value_size: int,
     return log_dir, pq_dir
 
 
-def session(cores: int) -> Any:
+def session(cores: int, plain_daemon: bool = False) -> Any:
+    """A local session set up as :func:`embedlog.spark.local_session` sets one up: executor
+    workers forked from :mod:`embedlog.spark.daemon` (``plain_daemon``: pyspark's own)."""
+    from embedlog.spark.session import DAEMON_MODULE
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -110,6 +114,7 @@ def session(cores: int) -> Any:
         .config("spark.driver.memory", "2g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.python.daemon.module", "pyspark.daemon" if plain_daemon else DAEMON_MODULE)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -159,6 +164,8 @@ def main() -> None:
     ap.add_argument("--plan-partitions", type=int, default=10_000)
     ap.add_argument("--plan-segments", type=int, default=10)
     ap.add_argument("--only", choices=("scan", "plan"), default=None)
+    ap.add_argument("--plain-daemon", action="store_true",
+                    help="fork Spark's Python workers from pyspark.daemon (not embedlog's)")
     ap.add_argument("--workdir", default=None, help="default: a temporary directory")
     args = ap.parse_args()
 
@@ -191,7 +198,7 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
                         for f in fs if f.endswith(".log"))
         print(f"data: {args.records:,} records in {args.partitions} partitions, batches of "
               f"{chunk}: {log_bytes / 2**20:.0f} MiB of segments (built in {t:.1f} s)")
-    spark = session(args.cores)
+    spark = session(args.cores, args.plain_daemon)
     queries: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(pq_dir).selectExpr(*ALL_COLUMNS_QUERY).collect(),
     }
@@ -209,7 +216,9 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
     reference = queries["parquet"]()
     for name, q in queries.items():  # warm-up, and all must agree
         assert q() == reference, name
-    print(f"\nSpark, local[{args.cores}], median of {args.repeat} (interleaved):")
+    daemon = "pyspark.daemon" if args.plain_daemon else "embedlog.spark.daemon"
+    print(f"\nSpark, local[{args.cores}], workers forked by {daemon}, median of {args.repeat} "
+          "(interleaved):")
     for title, group, target in (("full scan, all columns", queries, 1.0),
                                  ("count(*)", counts, 1.0),
                                  ("load() to the first row", firsts, 0.5)):

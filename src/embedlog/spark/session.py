@@ -1,7 +1,8 @@
 """A local SparkSession set up the way embedded use needs it (demo, tests, notebooks).
 
 Workers must run this interpreter (it has embedlog and pyarrow) and bind to loopback; the UI,
-console progress bars and most logging are off; timestamps are shown in UTC.
+console progress bars and most logging are off; timestamps are shown in UTC. Executor workers
+are forked from :mod:`embedlog.spark.daemon`, which has the reader imported already.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["java_available", "local_session"]
+__all__ = ["DAEMON_MODULE", "java_available", "local_session"]
+
+DAEMON_MODULE = "embedlog.spark.daemon"
+"""``spark.python.daemon.module`` for executors that read embedlog: workers start with the
+reader imported (:mod:`embedlog.spark.daemon`)."""
 
 
 def java_available() -> bool:
@@ -27,7 +32,8 @@ def local_session(
     app_name: str = "embedlog", *, cores: int = 2, conf: Mapping[str, str] | None = None
 ) -> Any:
     """``SparkSession.builder.master(f"local[{cores}]")...getOrCreate()`` with quiet, loopback,
-    UTC settings (the active session is returned if there is one)."""
+    UTC settings and :data:`DAEMON_MODULE` as the executors' Python daemon (``conf`` overrides
+    any of them; the active session is returned if there is one)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -42,6 +48,7 @@ def local_session(
         .config("spark.default.parallelism", str(cores))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.daemon.module", DAEMON_MODULE)
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
