@@ -36,6 +36,11 @@ def run_records(
     log_append: bool, /,
 ) -> list[Any] | None: ...
 def file_identity(fd: int, /) -> tuple[int, int, int, int] | None: ...
+def point_run(
+    fd: int, identity: tuple[int, int, int, int], start: int, length: int, n: int,
+    fields: tuple[int, int, int, int, int, bool], record_type: type[Any], topic: str,
+    partition: int, /,
+) -> list[Any] | bytes | None: ...
 
 class ArrowSink:
     rows: int

@@ -87,6 +87,12 @@ class Core(Protocol):
 
     def file_identity(self, fd: int, /) -> tuple[int, int, int, int] | None: ...
 
+    def point_run(
+        self, fd: int, identity: tuple[int, int, int, int], start: int, length: int, n: int,
+        fields: tuple[int, int, int, int, int, bool], record_type: type[Any], topic: str,
+        partition: int, /,
+    ) -> list[Any] | bytes | None: ...
+
 
 def load_compiled(module: str) -> Any:
     """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``

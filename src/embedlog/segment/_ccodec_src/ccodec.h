@@ -23,7 +23,8 @@
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
  *   scans.c       first_not_bytes() and first_not_int64(): argument scans
  *   point.c       run_records(): a point read's run of records straight into Records;
- *                 file_identity(): a segment file's identity (four fields of fstat)
+ *                 file_identity(): a segment file's identity (four fields of fstat);
+ *                 point_run(): identity check, pread and run_records in one call
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -97,6 +98,9 @@ ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
 ELC_FUNCTION(run_records);     /* point.c */
 ELC_FUNCTION(file_identity);   /* point.c */
+ELC_INTERNAL PyObject *elc_py_point_run(PyObject *self, PyObject *const *args,
+                                        Py_ssize_t nargs); /* point.c, METH_FASTCALL */
+ELC_INTERNAL extern const char elc_point_run_doc[];
 
 /* ------------------------------------------------------------------------ small helpers */
 

@@ -35,6 +35,8 @@ static PyMethodDef methods[] = {
     {"first_not_int64", elc_py_first_not_int64, METH_VARARGS, elc_first_not_int64_doc},
     {"run_records", elc_py_run_records, METH_VARARGS, elc_run_records_doc},
     {"file_identity", elc_py_file_identity, METH_O, elc_file_identity_doc},
+    {"point_run", (PyCFunction)(void (*)(void))elc_py_point_run, METH_FASTCALL,
+     elc_point_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,112 @@
+"""The compiled point read of a remembered run (``_ccodec.point_run``: the file's identity
+checked, one ``pread``, the records built) against its pure twin
+(:func:`embedlog.segment.point_read.point_run`, then :func:`run_records`): the same records,
+the same refusals (a file of another identity, a short read) and the same errors, for runs cut
+from every kind of batch, damaged or not, at any place in a file."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import embedlog
+from embedlog.segment import _native, point_memo, point_read
+from embedlog.segment import format as fmt
+from embedlog.segment.crc_memo import identity
+from embedlog.segment.run_records import run_records
+from helpers import both_cores
+from test_codec_core import _damage, batches, cut_run
+
+_ccodec = pytest.importorskip("embedlog.segment._ccodec")
+
+
+@pytest.fixture(scope="module")
+def fd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """One scratch file, rewritten by each example."""
+    path = tmp_path_factory.mktemp("point-run") / "f"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDWR)
+    yield fd
+    os.close(fd)
+
+
+def _point(fd: int, ident: Any, start: int, length: int, n: int,
+           header: fmt.BatchHeader) -> Any:
+    """What a point read makes of the run at ``start`` (as ``remembered_records`` does with
+    either core): the records, or None (another file identity, a short read)."""
+    core = _native.CORE
+    if core is None:
+        got = point_read.point_run(fd, ident, start, length)
+    else:
+        got = core.point_run(fd, ident, start, length, n, point_memo.header_fields(header),
+                             embedlog.Record, "t", 3)
+    if got is None or isinstance(got, list):
+        return got
+    return run_records(got, n, header, 1000, "t", 3)
+
+
+def _write(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+@given(batches(), st.integers(0, 6), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
+       st.integers(0, 30), st.integers(0, 30), st.integers(-2, 2), st.integers(0, 300),
+       st.integers(-3, 3), st.sampled_from([0, 0, 0, 1, 2, 3]))
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+def test_point_run_identical(fd: int, args: dict[str, Any], how: int, at: int, blob: bytes,
+                             lo: int, k: int, n_extra: int, lead: int, length_lie: int,
+                             ident_lie: int) -> None:
+    """Records ``[lo, lo + k)`` of a batch's records section, damaged unless ``how`` >= 5,
+    behind ``lead`` bytes of a file, read back with a length off by ``length_lie`` (past the
+    end: a short read), a count off by ``n_extra`` and an identity off in field
+    ``ident_lie - 1`` (0: the file's own): both cores give the same outcome; an intact run
+    of the file's identity gives the records of the whole batch's decode."""
+    batch, header, lo, hi, run = cut_run(args, lo, k)
+    run = run if how >= 5 else _damage(run, how, at, blob)
+    assume(run)
+    _write(fd, bytes(lead) + run + blob)
+    length = max(1, len(run) + (length_lie if length_lie < 0 else length_lie * 1000))
+    ident = list(identity(fd))
+    if ident_lie:
+        ident[ident_lie - 1] += 1
+    n = max(0, hi - lo + n_extra)
+    c, py = both_cores(_ccodec, lambda: _point(fd, tuple(ident), lead, length, n, header))
+    assert c == py
+    if how >= 5 and not ident_lie and length_lie == 0 and n_extra == 0:
+        cut = fmt.decode_records(batch, 0, header).slice(lo, hi)
+        assert c == cut.records("t", 3, header.timestamp_type)
+    if ident_lie or length_lie > 0:
+        assert c is None
+
+
+def test_point_run_errors_match(tmp_path: pathlib.Path) -> None:
+    """A closed descriptor: OSError from either core (``fstat`` refuses it first); arguments
+    the compiled call cannot take raise there before any I/O."""
+    path = tmp_path / "f"
+    batch = fmt.encode_batch([b"v%d" % i for i in range(20)], timestamps=7)
+    path.write_bytes(batch)
+    header = fmt.parse_header(batch, 0)
+    fd = os.open(path, os.O_RDONLY)
+    ident = identity(fd)
+    fields = point_memo.header_fields(header)
+    records = _ccodec.point_run(fd, ident, fmt.HEADER_SIZE, len(batch) - fmt.HEADER_SIZE, 20,
+                                fields, embedlog.Record, "t", 3)
+    assert records == fmt.decode_records(batch, 0, header).records("t", 3, 0)
+    for bad in ((fd, ident, -1, 5), (fd, ident, 0, 0), (-1, ident, 0, 5)):
+        with pytest.raises(ValueError):
+            _ccodec.point_run(*bad, 1, fields, embedlog.Record, "t", 3)
+    with pytest.raises(TypeError):
+        _ccodec.point_run(fd, ident, 0, 5, 1, fields[:5], embedlog.Record, "t", 3)
+    with pytest.raises(TypeError):
+        _ccodec.point_run(fd, ident, 0, 5, 1, fields, dict, "t", 3)  # not a Record type
+    os.close(fd)
+    c, py = both_cores(_ccodec, lambda: _point(fd, ident, 0, 5, 1, header))
+    assert c[:2] == py[:2] == ("raised", OSError)
