@@ -110,3 +110,72 @@ def test_point_run_errors_match(tmp_path: pathlib.Path) -> None:
     os.close(fd)
     c, py = both_cores(_ccodec, lambda: _point(fd, ident, 0, 5, 1, header))
     assert c[:2] == py[:2] == ("raised", OSError)
+
+
+def _drain(make: Any) -> list[Any]:
+    """Everything an iterator gives, each ``next()`` noted: an item, the exception it raised
+    (type and message), or its end; two more ``next()`` after the first end or exception."""
+    it, out, ended = make(), [], 0
+    while ended < 3:
+        try:
+            out.append(("item", next(it)))
+        except StopIteration:
+            out.append(("end",))
+            ended += 1
+        except Exception as e:
+            out.append(("raised", type(e), str(e)))
+            ended += 1
+    return out
+
+
+@given(st.lists(st.integers(), max_size=5), st.integers(-1, 6), st.sampled_from(
+    ["list", "generator", "not iterable", "fn raises"]))
+@settings(max_examples=200, deadline=None)
+def test_deferred_is_yield_from(items: list[int], fail_at: int, kind: str) -> None:
+    """``_ccodec.deferred(fn, args)`` and its pure twin give what ``yield from fn(*args)``
+    gives: the items, an exception of ``fn`` or of its iterator (which ends the iteration),
+    nothing before the first ``next()``."""
+    calls: list[tuple[Any, ...]] = []
+
+    def fn(*args: Any) -> Any:
+        calls.append(args)
+        if kind == "fn raises":
+            raise OSError(5, "fn failed")
+        if kind == "not iterable":
+            return 42
+        if kind == "list":
+            return list(items)
+        return (x if i != fail_at else 1 // 0 for i, x in enumerate(items))
+
+    def reference() -> Any:
+        yield from fn(1, "a")
+
+    want = _drain(reference)
+    for make in (lambda: _ccodec.deferred(fn, (1, "a")),
+                 lambda: point_read.deferred(fn, (1, "a"))):
+        calls.clear()
+        it = make()
+        assert calls == [] and iter(it) is it
+        del it
+        assert calls == []
+        assert _drain(make) == want
+        assert calls == [(1, "a")]
+
+
+def test_deferred_refuses_other_arguments_and_is_collected() -> None:
+    with pytest.raises(TypeError):
+        _ccodec.deferred(len, [1])  # args must be a tuple
+    with pytest.raises(TypeError):
+        _ccodec.deferred(42, ())
+    import gc
+    import weakref
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.it = _ccodec.deferred(lambda h: [h], (holder,))  # type: ignore[attr-defined]
+    gone = weakref.ref(holder)
+    del holder
+    gc.collect()
+    assert gone() is None  # the cycle through the iterator's arguments is collected

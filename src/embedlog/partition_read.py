@@ -34,13 +34,15 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Generator, Iterator, Sized
+from collections.abc import Generator, Iterable, Iterator, Sized
 from typing import Protocol, TypeVar
 
 from . import loader, reader
 from .errors import OffsetOutOfRangeError, StorageError
 from .records import Record
+from .segment import _native
 from .segment import format as fmt
+from .segment.point_read import deferred
 from .segment.rules import OverlapError
 from .segment.segment import Segment, SegmentSettings
 
@@ -274,21 +276,22 @@ def read(p: Readable, start: int | None, end: int | None,
     if max_records is None or start is None:
         return reader.records(p.topic, p.partition,
                               batches(p, start, end, False, max_records), max_records)
-    return _bounded(p, start, end, max_records)
+    core = _native.CORE  # lazy as a generator: nothing is read before the first next()
+    args = (p, start, end, max_records)
+    return deferred(_bounded, args) if core is None else core.deferred(_bounded, args)
 
 
-def _bounded(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:
-    """:func:`read` of at most ``max_records`` from ``start``: from one remembered batch, or
-    the scan; a view below its known end reads the known records first (:func:`_read_known`),
-    else it refreshes."""
+def _bounded(p: Readable, start: int, end: int | None, max_records: int) -> Iterable[Record]:
+    """:func:`read` of at most ``max_records`` from ``start``, run at its first ``next()``:
+    from one remembered batch, or the scan; a view below its known end reads the known
+    records first (:func:`_read_known`), else it refreshes."""
     found = _remembered(p, start, end, max_records)
     if found is not None:
-        yield from found
-    elif p.writable or start >= p.end_offset:
-        yield from reader.records(p.topic, p.partition,
-                                  batches(p, start, end, False, max_records), max_records)
-    else:
-        yield from _read_known(p, start, end, max_records)
+        return found
+    if p.writable or start >= p.end_offset:
+        return reader.records(p.topic, p.partition,
+                              batches(p, start, end, False, max_records), max_records)
+    return _read_known(p, start, end, max_records)
 
 
 def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[Record] | None:

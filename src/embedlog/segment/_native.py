@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 __all__ = ["CORE", "ArrowSink", "Core", "codec_implementation", "load_compiled"]
@@ -86,6 +86,9 @@ class Core(Protocol):
     ) -> list[Any] | None: ...
 
     def file_identity(self, fd: int, /) -> tuple[int, int, int, int] | None: ...
+
+    def deferred(self, fn: Callable[..., Iterable[Any]], args: tuple[Any, ...], /
+                 ) -> Iterator[Any]: ...
 
     def point_run(
         self, fd: int, identity: tuple[int, int, int, int], start: int, length: int, n: int,

@@ -25,6 +25,8 @@ only ever used for the file identity it was made under, whichever way the read g
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from .._handles import CACHE
 from ..records import Record
@@ -36,7 +38,16 @@ from .files import SegmentFiles
 from .header import BatchHeader
 from .run_records import run_records
 
-__all__ = ["PointReads", "point_run"]
+__all__ = ["PointReads", "deferred", "point_run"]
+
+_T = TypeVar("_T")
+
+
+def deferred(fn: Callable[..., Iterable[_T]], args: tuple[Any, ...]) -> Iterator[_T]:
+    """An iterator over ``fn(*args)``, ``fn`` called at the first ``next()``: the pure twin of
+    ``_ccodec.deferred`` (the same items and exceptions, without a generator frame to create
+    and resume), through which a point read hands out its records."""
+    yield from fn(*args)
 
 
 def point_run(fd: int, ident: Identity, start: int, length: int) -> bytes | None:

@@ -25,6 +25,7 @@
  *   point.c       run_records(): a point read's run of records straight into Records;
  *                 file_identity(): a segment file's identity (four fields of fstat);
  *                 point_run(): identity check, pread and run_records in one call
+ *   deferred.c    deferred(): the lazy iterator a point read hands its records out through
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -66,6 +67,7 @@
 ELC_INTERNAL extern PyObject *elc_corrupt_batch_error; /* embedlog.errors.CorruptBatchError */
 ELC_INTERNAL extern PyObject *elc_crc32c;              /* crc32c.crc32c */
 ELC_INTERNAL extern PyTypeObject elc_sink_type;        /* ArrowSink (arrow_sink.c) */
+ELC_INTERNAL extern PyTypeObject elc_deferred_type;    /* Deferred (deferred.c) */
 
 /* A contiguous buffer of one fixed item size (the numpy columns handed in). module.c */
 ELC_INTERNAL int elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize,
@@ -101,6 +103,9 @@ ELC_FUNCTION(file_identity);   /* point.c */
 ELC_INTERNAL PyObject *elc_py_point_run(PyObject *self, PyObject *const *args,
                                         Py_ssize_t nargs); /* point.c, METH_FASTCALL */
 ELC_INTERNAL extern const char elc_point_run_doc[];
+ELC_INTERNAL PyObject *elc_py_deferred(PyObject *self, PyObject *const *args,
+                                       Py_ssize_t nargs); /* deferred.c, METH_FASTCALL */
+ELC_INTERNAL extern const char elc_deferred_doc[];
 
 /* ------------------------------------------------------------------------ small helpers */
 

@@ -37,6 +37,8 @@ static PyMethodDef methods[] = {
     {"file_identity", elc_py_file_identity, METH_O, elc_file_identity_doc},
     {"point_run", (PyCFunction)(void (*)(void))elc_py_point_run, METH_FASTCALL,
      elc_point_run_doc},
+    {"deferred", (PyCFunction)(void (*)(void))elc_py_deferred, METH_FASTCALL,
+     elc_deferred_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -62,7 +64,7 @@ PyInit__ccodec(void)
     elc_crc32c = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);
     if (elc_corrupt_batch_error == NULL || elc_crc32c == NULL ||
-        PyType_Ready(&elc_sink_type) < 0)
+        PyType_Ready(&elc_sink_type) < 0 || PyType_Ready(&elc_deferred_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "ArrowSink", (PyObject *)&elc_sink_type) < 0)
