@@ -179,3 +179,26 @@ def test_deferred_refuses_other_arguments_and_is_collected() -> None:
     del holder
     gc.collect()
     assert gone() is None  # the cycle through the iterator's arguments is collected
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40), st.integers(-(2**63), 2**63 - 1))
+@settings(max_examples=300, deadline=None)
+def test_floor_index_is_bisect_right_minus_one(items: list[int], value: int) -> None:
+    """The memo's search by offset: the compiled ``floor_index`` over an int64 array gives
+    what its pure twin (``bisect_right - 1``) gives, for values inside, between and outside
+    the items."""
+    from array import array
+    bases = array("q", sorted(items))
+    for v in (value, *bases, *(b - 1 for b in bases if b > -(2**63))):
+        assert _ccodec.floor_index(bases, v) == point_memo.floor_index(bases, v)
+
+
+def test_floor_index_takes_only_int64() -> None:
+    from array import array
+    with pytest.raises(TypeError):
+        _ccodec.floor_index(array("i", [1, 2]), 1)
+    with pytest.raises(TypeError):
+        _ccodec.floor_index([1, 2], 1)  # not a buffer
+    with pytest.raises(OverflowError):
+        _ccodec.floor_index(array("q", [1]), 2**63)
+    assert _ccodec.floor_index(array("q"), 5) == -1

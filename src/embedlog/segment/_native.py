@@ -90,6 +90,8 @@ class Core(Protocol):
     def deferred(self, fn: Callable[..., Iterable[Any]], args: tuple[Any, ...], /
                  ) -> Iterator[Any]: ...
 
+    def floor_index(self, bases: Any, value: int, /) -> int: ...
+
     def point_run(
         self, fd: int, identity: tuple[int, int, int, int], start: int, length: int, n: int,
         fields: tuple[int, int, int, int, int, bool], record_type: type[Any], topic: str,

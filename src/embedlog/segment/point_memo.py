@@ -52,13 +52,14 @@ from typing import Final
 
 import numpy as np
 
+from . import _native
 from .codecs import Compression
 from .crc_memo import Identity
 from .decode import DecodedRecords
 from .header import HEADER_SIZE, TIMESTAMP_TYPE_MASK, BatchHeader
 
 __all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "Run", "clear", "eligible", "find",
-           "find_latest", "get", "header_fields", "holds", "new_owner", "remember"]
+           "find_latest", "floor_index", "get", "header_fields", "holds", "new_owner", "remember"]
 
 MEMO_RECORDS: Final = 4 << 20
 """Records whose ends the process remembers at most (4 bytes each: 16 MiB)."""
@@ -96,6 +97,12 @@ class Entry:
         return HEADER_SIZE + lo, ends[last - 1] - lo
 
 
+def floor_index(bases: array[int], value: int) -> int:
+    """Where in ``bases`` (increasing) the last item <= ``value`` is; -1 when there is none.
+    The pure twin of ``_ccodec.floor_index``."""
+    return bisect_right(bases, value) - 1
+
+
 def header_fields(header: BatchHeader) -> tuple[int, int, int, int, int, bool]:
     """:attr:`Entry.fields` of a batch's header."""
     ttype = (header.attributes & TIMESTAMP_TYPE_MASK) >> 3  # header.timestamp_type
@@ -116,7 +123,7 @@ class _Ordered:
 
     def __init__(self, key: Key) -> None:
         self.key = key
-        self.bases: list[int] = []
+        self.bases = array("q")  # int64: searched by the compiled floor_index
         self.entries: list[Entry] = []  # as bases
 
     def fits(self, i: int, position: int, header: BatchHeader) -> bool:
@@ -245,7 +252,9 @@ def find_latest(owner: int, offset: int, stop: int, wanted: int,
             _latest[owner] = ordered
         if ordered is None:
             return None
-        i = bisect_right(ordered.bases, offset) - 1
+        core = _native.CORE
+        i = floor_index(ordered.bases, offset) if core is None else core.floor_index(
+            ordered.bases, offset)
         if i < 0:
             return None
         entry = ordered.entries[i]

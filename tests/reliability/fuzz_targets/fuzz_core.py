@@ -10,7 +10,9 @@ decoder's columns, or nothing when the decoder refuses the batch. The records se
 point read's run of records (``run_records``, a record count from the first byte) must give
 the same records or error with either implementation; so must the same run read back from a
 file by the compiled point read (``point_run``: the file's identity checked, one ``pread``,
-the records built) and by its pure twin, given the file's identity or another one.
+the records built) and by its pure twin, given the file's identity or another one. The input
+read as int64s is also the point-read memo's search by offset: the compiled ``floor_index`` of
+values in and around them must be its pure twin's.
 
 The same input, read as ``append_batch`` arguments (values, keys and timestamps of every
 kind, good and bad), goes to the encoder: ``encode_batch`` by the core (its listed-timestamps
@@ -22,6 +24,7 @@ instrumented pure code. Skips (exit 0 at once) when the core is not built.
 
 import os
 import sys
+from array import array
 from collections.abc import Callable
 
 import atheris  # type: ignore[import-untyped]
@@ -249,9 +252,21 @@ def _check_point(buf: bytes, n: int, lie: int, run: object) -> None:
         raise AssertionError(f"point run {point_c!r} != run {run!r}")
 
 
+def _check_floor(data: bytes) -> None:
+    """The input's int64s (at most 64), sorted: the memo's search by offset for values in and
+    around them, compiled against pure."""
+    words = [int.from_bytes(data[i:i + 8], "big", signed=True) for i in range(0, len(data) - 7, 8)]
+    bases = array("q", sorted(words[:64]))
+    probe = int.from_bytes(data[-8:].rjust(8, b"\0"), "little", signed=True)
+    for v in (probe, *bases[:8], *(b - 1 for b in bases[:8] if b > -(2**63))):
+        if _ccodec.floor_index(bases, v) != point_memo.floor_index(bases, v):
+            raise AssertionError(f"floor_index({bases!r}, {v}) differs")
+
+
 def test_one_input(data: bytes) -> None:
     if len(data) < 2:
         return
+    _check_floor(data)
     check_encoder(data)
     mode, buf = data[0], bytearray(data[1:])
     first, count = (mode >> 2) & 7, (None if mode & 0x20 else (mode >> 6))

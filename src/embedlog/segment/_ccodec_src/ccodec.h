@@ -21,7 +21,8 @@
  *   records.c     slices(), gather() and records(): Python objects from decoded columns
  *   encode.c      encode() and encode_listed(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
- *   scans.c       first_not_bytes() and first_not_int64(): argument scans
+ *   scans.c       first_not_bytes() and first_not_int64(): argument scans; floor_index():
+ *                 the point-read memo's search by offset
  *   point.c       run_records(): a point read's run of records straight into Records;
  *                 file_identity(): a segment file's identity (four fields of fstat);
  *                 point_run(): identity check, pread and run_records in one call
@@ -106,6 +107,9 @@ ELC_INTERNAL extern const char elc_point_run_doc[];
 ELC_INTERNAL PyObject *elc_py_deferred(PyObject *self, PyObject *const *args,
                                        Py_ssize_t nargs); /* deferred.c, METH_FASTCALL */
 ELC_INTERNAL extern const char elc_deferred_doc[];
+ELC_INTERNAL PyObject *elc_py_floor_index(PyObject *self, PyObject *const *args,
+                                          Py_ssize_t nargs); /* scans.c, METH_FASTCALL */
+ELC_INTERNAL extern const char elc_floor_index_doc[];
 
 /* ------------------------------------------------------------------------ small helpers */
 

@@ -39,6 +39,8 @@ static PyMethodDef methods[] = {
      elc_point_run_doc},
     {"deferred", (PyCFunction)(void (*)(void))elc_py_deferred, METH_FASTCALL,
      elc_deferred_doc},
+    {"floor_index", (PyCFunction)(void (*)(void))elc_py_floor_index, METH_FASTCALL,
+     elc_floor_index_doc},
     {NULL, NULL, 0, NULL},
 };
 
