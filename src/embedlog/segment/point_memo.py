@@ -181,7 +181,7 @@ def remember(identity: Key, position: int, header: BatchHeader,
             if not ordered.bases:
                 _drop(ordered)
             return
-        entry = Entry(identity, position, header, array("i", ends.tobytes()))
+        entry = Entry(ordered.key, position, header, array("i", ends.tobytes()))
         ordered.bases.insert(i, header.base_offset)
         ordered.entries.insert(i, entry)
         _table[entry] = None
