@@ -279,6 +279,26 @@ def test_listed_timestamps_encode_as_the_column_path(
             max_timestamp=max_ts)) == c
 
 
+_EDGES = [0, 1, 2**30 - 1, 2**30, 2**30 + 1, 2**60 - 1, 2**60, 2**62, I64 - 1, CLOCK]
+
+
+@pytest.mark.parametrize("stamps", [_EDGES, _EDGES[::-1], *_EDGES, [-1, *_EDGES], [-I64, I64 - 1]])
+def test_timestamps_of_every_width_encode_as_the_column_path(stamps: Any) -> None:
+    """Ints of zero to three 30-bit digits (the ones of at most two are read directly), either
+    sign: the bytes of the numpy column path, listed or one for all."""
+    n = len(stamps) if isinstance(stamps, list) else 3
+    vals = [b"v%d" % i for i in range(n)]
+    column = np.asarray(stamps, np.int64) if isinstance(stamps, list) else stamps
+    with codec_core(_ccodec):
+        listed = encode.encode_batch(vals, timestamps=stamps)
+        assert listed == encode.encode_batch(vals, timestamps=column)
+        strict = encode.encode_for_append(vals, None, None, stamps, PLAIN, None, encode.STRICT)
+    with codec_core(None):
+        assert listed == encode.encode_batch(vals, timestamps=stamps)
+    plain = all(t >= 0 for t in (stamps if isinstance(stamps, list) else [stamps]))
+    assert strict == (listed if plain else None)
+
+
 def test_listed_encoder_gives_way() -> None:
     """encode_listed's None cases, for the general path to take (no exception raised)."""
     hdr = bytes(61)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from embedlog._batch import record_batch
 from embedlog._frozen import builder
 from embedlog.records import RecordBatch
+from embedlog.segment import _native
 from embedlog.segment import format as fmt
 from embedlog.segment.decoded import DecodedRecords, new_decoded
 
@@ -73,3 +74,50 @@ class _Derived:
 def test_only_plain_frozen_slotted_dataclasses_get_a_builder(cls: type) -> None:
     with pytest.raises(TypeError):
         builder(cls)
+
+
+core_only = pytest.mark.skipif(_native.CORE is None, reason="no compiled codec core")
+
+
+@core_only
+@given(st.lists(ints, min_size=13, max_size=13))
+def test_the_compiled_builder_builds_what_the_python_one_builds(values: list[int]) -> None:
+    compiled, python = builder(fmt.BatchHeader), builder(fmt.BatchHeader, compiled=False)
+    assert type(compiled) is not type(python)  # the core's SlotBuilder, a generated function
+    made, built = python(*values), compiled(*values)
+    assert type(built) is fmt.BatchHeader
+    assert built == made and hash(built) == hash(made) and repr(built) == repr(made)
+    assert dataclasses.astuple(built) == tuple(values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.base_offset = 1  # type: ignore[misc]
+
+
+@core_only
+def test_the_compiled_builder_refuses_what_the_python_one_refuses() -> None:
+    for make in (builder(fmt.BatchHeader), builder(fmt.BatchHeader, compiled=False)):
+        with pytest.raises(TypeError):
+            make(*range(12))  # a field short
+        with pytest.raises(TypeError):
+            make(*range(14))  # one too many
+        with pytest.raises(TypeError):
+            make(*range(12), records_count=1)  # positional only
+    assert builder(fmt.BatchHeader)(*range(13)).records_count == 12
+
+
+@core_only
+def test_slot_builders_take_only_plain_classes_and_data_descriptors() -> None:
+    assert _native.CORE is not None
+    make = _native.CORE.SlotBuilder
+    with pytest.raises(TypeError):
+        make(int, ())  # an int is made by its own __new__
+    with pytest.raises(TypeError):
+        make(_Mutable, (1,))  # not a descriptor
+    with pytest.raises(TypeError):
+        make(_Mutable, (_Mutable.__init__,))  # a function: no __set__
+    with pytest.raises(TypeError):
+        make(_Mutable, [vars(_Mutable)["a"]])  # setters: a tuple
+    wrong = make(_Mutable, (vars(fmt.BatchHeader)["base_offset"],))
+    with pytest.raises(TypeError):
+        wrong(1)  # another class's slot: its descriptor refuses the object
+    plain = make(_Mutable, (vars(_Mutable)["a"],))
+    assert plain(b"x") == _Mutable(b"x")

@@ -634,3 +634,30 @@ def test_random_batches_match_the_list_model(
         again.close()
         model.seal()
         assert_indexes(again, model)
+
+
+
+@pytest.mark.parametrize("record_bytes", [100, 300, 1_100, 3_000])
+def test_a_scan_reads_batches_larger_than_a_chunk_about_once(seg_dir: Path,
+                                                            record_bytes: int) -> None:
+    """Batches of ~26 KB to ~760 KB (smaller than a chunk, a little larger than one, near the
+    largest chunk): a walk yields each once and reads less than half the segment again (only
+    what a chunk held of the batch it cut short), not each batch twice (a chunk too small for
+    any of them, then the batch)."""
+    seg = open_active(seg_dir, 0, settings_for(1 << 30))
+    for i in range(12):
+        data = encode(250 * i, [bytes([i]) * record_bytes] * 250, [T0 + i] * 250)
+        seg.append(data, fmt.parse_header(data, 0))
+    reads: list[int] = []
+    real = Segment.pread
+
+    def counted(self: Segment, position: int, length: int) -> bytes:
+        got = real(self, position, length)
+        reads.append(len(got))
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Segment, "pread", counted)
+        assert [h.base_offset for _, _, h in seg.batches(0)] == [250 * i for i in range(12)]
+    assert seg.size <= sum(reads) < 1.5 * seg.size
+    seg.close()

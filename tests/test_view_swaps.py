@@ -105,3 +105,55 @@ def test_a_segment_deleted_between_listing_and_opening_makes_the_view_list_again
         monkeypatch.setattr(loader, "adopt", gone)
         with pytest.raises(StorageError):
             partition_read.refresh_view(p)
+
+
+def _compacted_tail(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[str]]:
+    """A compacted topic whose view listed the folder while ``0.log`` was the active segment
+    (the listing returned), then the writer rolled and compacted it (gaps where keys repeat)."""
+    path = tmp_path / "log"
+    with embedlog.open(path, upkeep=False) as log:
+        log.create_topic("t", config={"cleanup.policy": "compact",
+                                      "min.cleanable.dirty.ratio": 0.0})
+        for i in range(0, 200, 10):
+            keys = [b"k%d" % ((i + j) % 7) if i % 50 else b"once%d" % (i + j) for j in range(10)]
+            log.append_batch("t", [b"v%d" % (i + j) for j in range(10)], keys=keys, partition=0)
+        folder = path / "t-0"
+        listed = os.listdir(folder)
+        log.roll("t", 0)
+        log.compact("t")
+    return folder, listed
+
+
+def test_a_view_that_listed_a_tail_before_it_was_rolled_and_compacted_reads_it(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from embedlog import loader
+    from embedlog.segment.scan import SegmentSettings
+
+    folder, listed = _compacted_tail(tmp_path)
+    with embedlog.open(tmp_path / "log", read_only=True) as view:
+        kept = [(r.offset, r.key) for r in view.read("t", 0)]
+    offsets = [o for o, _ in kept]
+    assert len(kept) == 47 and offsets != list(range(offsets[0], offsets[0] + 47))  # gaps
+
+    monkeypatch.setattr(loader, "check_folder", lambda _: listed)  # the listing before the roll
+    segments, _ = loader.open_view(str(folder), SegmentSettings(dense_tail=True))
+    assert [s.base_offset for s in segments] == [0] and segments[0].bounds.dense
+    headers = [h for _, _, h in segments[0].batches()]
+    assert headers[0].base_offset <= offsets[0]
+    assert headers[-1].last_offset >= offsets[-1]
+    assert not segments[0].bounds.dense  # the rule went with the roll past it
+
+
+def test_a_gap_in_a_tail_nothing_was_rolled_past_is_damage(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from embedlog import loader
+    from embedlog.segment.rules import GapError
+    from embedlog.segment.scan import SegmentSettings
+
+    folder, _ = _compacted_tail(tmp_path)
+    for name in os.listdir(folder):  # the rolled segment gone: 0.log is the tail again
+        if not name.startswith("0" * 20) and name.endswith((".log", ".index", ".timeindex")):
+            (folder / name).unlink()
+    segments, _ = loader.open_view(str(folder), SegmentSettings(dense_tail=True))
+    with pytest.raises(GapError, match="without gaps"):
+        list(segments[-1].batches())

@@ -8,9 +8,9 @@ runs of records; append_batch's arguments checked by the encoder), the codec tes
 sink's differential tests (its one pass over stored batches, whole logs read as Arrow), the
 point reads answered from remembered batches, the key map's differential tests, the compaction
 walks' differential tests (compiled walks, decoded columns and pure code on the same logs), the
-producer lane's differential tests and the producer's tests, the real Kafka folders and the
-corruption corpus against it. Any sanitizer report aborts the child; the test fails on a
-non-zero exit.
+producer lane's differential tests and the producer's tests, the real Kafka folders, the
+corruption corpus and the slot builders (compiled and generated) against it. Any sanitizer
+report aborts the child; the test fails on a non-zero exit.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ TESTS = [  # run as two halves (even and odd places) side by side
     "tests/test_format.py",
     "tests/test_format_kafka_python.py",
     "tests/test_kafka_fixtures.py",
+    "tests/test_frozen.py",
 ]
 
 

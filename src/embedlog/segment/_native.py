@@ -98,6 +98,8 @@ class Core(Protocol):
         partition: int, /,
     ) -> list[Any] | bytes | None: ...
 
+    def SlotBuilder(self, cls: type[Any], setters: tuple[Any, ...], /) -> Any: ...
+
 
 def load_compiled(module: str) -> Any:
     """The compiled extension ``module``, or None when it is not built or ``EMBEDLOG_PURE``

@@ -255,9 +255,16 @@ def _stored(core: _native.Core, buf: bytes, pos: int, header: BatchHeader) -> De
         header.max_timestamp, header.last_offset_delta,
         bool(header.attributes & TIMESTAMP_TYPE_MASK), cols64, cols32,
     )  # fmt: skip
-    offsets, timestamps, key_pos, value_pos = cols64
-    return new_decoded(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
-                          headers)  # fmt: skip
+    return _columns(data, cols64, cols32, headers)
+
+
+def _columns(data: bytes, cols64: I64, cols32: npt.NDArray[np.int32],
+             headers: list[tuple[tuple[str, bytes | None], ...]] | None) -> DecodedRecords:
+    """The decoded records over ``data`` from the core's columns: offsets, timestamps, key
+    and value positions (``cols64``), key and value lengths (``cols32``). (Rows taken by
+    index: half the cost of unpacking an array as an iterable.)"""
+    return new_decoded(data, cols64[0], cols64[1], cols64[2], cols32[0], cols64[3], cols32[1],
+                       headers)
 
 
 def records_section(
@@ -361,9 +368,7 @@ def _decode_c(
     )  # fmt: skip
     if m == 0:
         return _empty(data)
-    offsets, timestamps, key_pos, value_pos = cols64
-    return new_decoded(data, offsets, timestamps, key_pos, cols32[0], value_pos, cols32[1],
-                          headers)  # fmt: skip
+    return _columns(data, cols64, cols32, headers)
 
 
 def _empty(data: bytes) -> DecodedRecords:

@@ -4,8 +4,11 @@
 :meth:`SegmentScan.batches` is the one walk every reader of a segment uses -- reads, tail walks,
 index rebuilds, recovery and ``embedlog verify`` -- so the framing, CRC and offset rules
 (:mod:`.rules`) are applied the same way everywhere. It reads in chunks (a first small one, so
-a point lookup does not read a whole MiB), verifies each batch's CRC once per sealed file
-(:mod:`.crc_memo`), and names the file and byte position of the first invalid batch.
+a point lookup does not read much; then at most 256 KiB, so that what one step reads is still
+in the core's L2 cache when its batches are checked and decoded; up to 1 MiB, two at a time,
+once batches larger than a chunk turn up), verifies each batch's CRC
+once per sealed file (:mod:`.crc_memo`), and names the file and byte position of the first
+invalid batch.
 
 The offset rules that depend on the segment's place in its partition (:class:`.rules.Bounds`:
 the next segment's base offset, whether the segment has no gaps) are given to the segment by
@@ -14,19 +17,22 @@ whoever lists the partition (:mod:`embedlog.loader`); a segment opened on its ow
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptBatchError
+from ..naming import LOG_SUFFIX, parse_segment_file
 from . import format as fmt
 from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
-from .rules import FREE, BackwardsError, Bounds, check_order
+from .rules import FREE, BackwardsError, Bounds, GapError, check_order
 
-__all__ = ["FIRST_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
+__all__ = ["FIRST_CHUNK", "LARGE_CHUNK", "READ_CHUNK", "SegmentScan", "SegmentSettings", "located"]
 
-READ_CHUNK = 1 << 20  # largest pread while scanning batches
-FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read a whole MiB
+READ_CHUNK = 1 << 18  # largest pread while scanning batches that fit it
+LARGE_CHUNK = 1 << 20  # largest pread once a batch larger than a chunk was met (two of its size)
+FIRST_CHUNK = 1 << 16  # first pread of a scan: a point lookup should not read much
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,7 @@ class SegmentScan(SegmentFiles):
     """The batch walk of one segment's ``.log`` (see the module notes)."""
 
     base_offset: int
+    directory: str
     live: bool
     settings: SegmentSettings
     crc_memo: Memo
@@ -129,7 +136,7 @@ class SegmentScan(SegmentFiles):
         header = self._next(buf, 0, position, checked, self.settings.max_batch_bytes)
         if header is None or header.size != size:
             return None
-        after = check_order(header, floor, self.base_offset, self.log_path, position, self.bounds)
+        after = self._ordered(header, floor, position)
         if len(buf) - size < fmt.HEADER_SIZE:
             return buf, 0, header  # no whole header follows: the walk would yield it too
         try:
@@ -142,6 +149,33 @@ class SegmentScan(SegmentFiles):
             pass  # the next batch's own damage, reported by the walk that reads it
         return buf, 0, header
 
+    def _ordered(self, header: fmt.BatchHeader, floor: int | None, position: int) -> int:
+        """:func:`.rules.check_order` under this segment's bounds. A read-only view's last
+        segment (``live``) is dense because it was the active segment when the view listed the
+        folder; if the writer has rolled past it since (a later segment is listed now), it is a
+        sealed segment like any other, which compaction may have rewritten with gaps (the view
+        can list the folder before the roll and open the file after the swap): the rule is
+        dropped for it and the batch checked again without it."""
+        try:
+            return check_order(header, floor, self.base_offset, self.log_path, position,
+                               self.bounds)
+        except GapError:
+            later = self._later_bases() if self.live else []
+            if not later:
+                raise  # still the active segment: a gap in it is damage
+            self.bounds = Bounds(min(later), False)
+            return check_order(header, floor, self.base_offset, self.log_path, position,
+                               self.bounds)
+
+    def _later_bases(self) -> list[int]:
+        """Base offsets of the segments listed after this one in its folder now."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return [p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX
+                and not p[2] and p[0] > self.base_offset]
+
     def _walk(self, position: int, end: int | None, verify: bool, partial_tail: bool | None,
               floor: int | None) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
         """The batches from byte ``position``, each checked on its own (:meth:`batches`);
@@ -149,16 +183,14 @@ class SegmentScan(SegmentFiles):
         tail_ok = self.live if partial_tail is None else partial_tail
         limit = self.size if end is None else min(end, self.size)
         max_batch = self.settings.max_batch_bytes
-        chunk = FIRST_CHUNK
-        bounds = self.bounds
+        chunk, cap = FIRST_CHUNK, READ_CHUNK
         checked = Checked(self.crc_memo, self._sealed_identity()) if verify else None
         while position < limit:
             buf = self.pread(position, min(chunk, limit - position))
-            chunk = min(chunk * 4, READ_CHUNK)
+            chunk = min(chunk * 4, cap)
             p = 0
             while (header := self._next(buf, p, position, checked, max_batch)) is not None:
-                floor = check_order(header, floor, self.base_offset, self.log_path,
-                                    position + p, bounds)
+                floor = self._ordered(header, floor, position + p)
                 yield buf, p, header
                 p += header.size
             if p == 0:
@@ -169,12 +201,14 @@ class SegmentScan(SegmentFiles):
                 total = 12 + int.from_bytes(buf[8:12], "big", signed=True)
                 if total <= len(buf) or total > limit - position:
                     break
+                # Later reads take two batches of this size at once (at most LARGE_CHUNK), so
+                # that batches a little larger than a chunk are not each read twice.
+                cap = chunk = max(cap, min(2 * total, LARGE_CHUNK))
                 buf = self.pread(position, total)
                 header = self._next(buf, 0, position, checked, max_batch)
                 if header is None:
                     break
-                floor = check_order(header, floor, self.base_offset, self.log_path, position,
-                                    bounds)
+                floor = self._ordered(header, floor, position)
                 yield buf, 0, header
                 p = header.size
             position += p

@@ -27,6 +27,7 @@
  *                 file_identity(): a segment file's identity (four fields of fstat);
  *                 point_run(): identity check, pread and run_records in one call
  *   deferred.c    deferred(): the lazy iterator a point read hands its records out through
+ *   builder.c     the SlotBuilder type: frozen, slotted dataclasses built without a frame
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
  * common case, also the Arrow sink's), and the declarations of the few functions and objects
@@ -69,6 +70,7 @@ ELC_INTERNAL extern PyObject *elc_corrupt_batch_error; /* embedlog.errors.Corrup
 ELC_INTERNAL extern PyObject *elc_crc32c;              /* crc32c.crc32c */
 ELC_INTERNAL extern PyTypeObject elc_sink_type;        /* ArrowSink (arrow_sink.c) */
 ELC_INTERNAL extern PyTypeObject elc_deferred_type;    /* Deferred (deferred.c) */
+ELC_INTERNAL extern PyTypeObject elc_builder_type;     /* SlotBuilder (builder.c) */
 
 /* A contiguous buffer of one fixed item size (the numpy columns handed in). module.c */
 ELC_INTERNAL int elc_get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize,

@@ -1,7 +1,7 @@
 /*
  * The module embedlog.segment._ccodec: its shared objects and column helper, the method
- * table over the functions of the other files, the ArrowSink type and PyInit__ccodec (the
- * only exported symbol).
+ * table over the functions of the other files, the ArrowSink and SlotBuilder types and
+ * PyInit__ccodec (the only exported symbol).
  */
 #include "ccodec.h"
 
@@ -66,10 +66,12 @@ PyInit__ccodec(void)
     elc_crc32c = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);
     if (elc_corrupt_batch_error == NULL || elc_crc32c == NULL ||
-        PyType_Ready(&elc_sink_type) < 0 || PyType_Ready(&elc_deferred_type) < 0)
+        PyType_Ready(&elc_sink_type) < 0 || PyType_Ready(&elc_builder_type) < 0 ||
+        PyType_Ready(&elc_deferred_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddObjectRef(m, "ArrowSink", (PyObject *)&elc_sink_type) < 0)
+    if (m != NULL && (PyModule_AddObjectRef(m, "ArrowSink", (PyObject *)&elc_sink_type) < 0 ||
+                      PyModule_AddObjectRef(m, "SlotBuilder", (PyObject *)&elc_builder_type) < 0))
         Py_CLEAR(m);
     return m;
 }
