@@ -227,15 +227,11 @@ def test_decoder_identical_on_random_sections(data: bytes, n: int, lod: int) -> 
     assert c == py
 
 
-@given(batches(), st.integers(0, 5), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
-       st.integers(0, 30), st.integers(0, 30), st.integers(-2, 2))
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_run_records_identical(args: dict[str, Any], how: int, at: int, blob: bytes, lo: int,
-                               k: int, n_extra: int) -> None:
-    """A point read's run of records (records [lo, lo + k) of a batch's records section, cut
-    at the true record ends, damaged unless ``how`` is 5, claiming ``n_extra`` more records
-    than it holds): the compiled one-pass ``run_records`` gives the pure decoder's records, or
-    its error."""
+def cut_run(args: dict[str, Any], lo: int, k: int
+            ) -> tuple[bytes, fmt.BatchHeader, int, int, bytes]:
+    """``(batch, header, lo, hi, run)``: the batch of ``args`` uncompressed (the example
+    passed over if it has no records or cannot be encoded) and its records ``[lo, hi)``
+    (``lo`` and ``k`` records from it, cut to the batch), cut at their true ends."""
     args = {**args, "compression": Compression.NONE}
     try:
         batch = fmt.encode_batch(**args)
@@ -248,7 +244,19 @@ def test_run_records_identical(args: dict[str, Any], how: int, at: int, blob: by
     assume(header.records_count > 0)
     lo = min(lo, header.records_count - 1)
     hi = min(header.records_count, lo + max(k, 1))
-    run = section[starts[lo]:ends[hi - 1]]
+    return batch, header, lo, hi, section[starts[lo]:ends[hi - 1]]
+
+
+@given(batches(), st.integers(0, 5), st.integers(0, 10**6), st.binary(min_size=1, max_size=12),
+       st.integers(0, 30), st.integers(0, 30), st.integers(-2, 2))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_run_records_identical(args: dict[str, Any], how: int, at: int, blob: bytes, lo: int,
+                               k: int, n_extra: int) -> None:
+    """A point read's run of records (records [lo, lo + k) of a batch's records section, cut
+    at the true record ends, damaged unless ``how`` is 5, claiming ``n_extra`` more records
+    than it holds): the compiled one-pass ``run_records`` gives the pure decoder's records, or
+    its error."""
+    batch, header, lo, hi, run = cut_run(args, lo, k)
     run = run if how == 5 else _damage(run, how, at, blob)
     n = max(0, hi - lo + n_extra)
     c, py = both(lambda: run_records(run, n, header, 1000, "t", 3))

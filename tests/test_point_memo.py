@@ -85,15 +85,7 @@ def test_point_reads_equal_whole_reads_before_and_after_the_batch_is_remembered(
 def test_a_remembered_batch_is_read_with_one_small_pread(tmp_path: pathlib.Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     folder = _written(tmp_path / "log", [b"%05d" % i * 20 for i in range(500)])
-    from embedlog.segment.files import SegmentFiles
-    reads: list[int] = []
-    real = SegmentFiles.pread_pinned  # every read of a .log (pread pins, then calls it)
-
-    def pread(self: SegmentFiles, position: int, length: int) -> bytes:
-        reads.append(length)
-        return real(self, position, length)
-
-    monkeypatch.setattr(SegmentFiles, "pread_pinned", pread)
+    reads = _spy_reads(monkeypatch)
     with embedlog.open(folder, read_only=True) as log:
         first = next(log.read("t", 0, 123, max_records=1))
         assert max(reads) > 50_000  # the first read takes the whole batch
@@ -103,6 +95,42 @@ def test_a_remembered_batch_is_read_with_one_small_pread(tmp_path: pathlib.Path,
         assert reads == [110]
     assert first.value == b"00123" * 20 and first.offset == 123
     assert again.value == b"00321" * 20 and again.offset == 321
+
+
+def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths of every read of a ``.log`` from now on (``pread`` pins, then calls
+    ``pread_pinned``; a point read's one call, the compiled ``point_run`` or its pure twin,
+    reads itself)."""
+    from embedlog.segment import _native, point_read
+    from embedlog.segment.files import SegmentFiles
+    reads: list[int] = []
+    real = SegmentFiles.pread_pinned
+
+    def pread(self: SegmentFiles, position: int, length: int) -> bytes:
+        reads.append(length)
+        return real(self, position, length)
+
+    monkeypatch.setattr(SegmentFiles, "pread_pinned", pread)
+    core, pure = _native.CORE, point_read.point_run
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(core, name)
+
+        def point_run(self, fd: int, ident: object, start: int, length: int,
+                      *rest: object) -> object:
+            reads.append(length)
+            return core.point_run(fd, ident, start, length, *rest)  # type: ignore[union-attr, arg-type]
+
+    def pure_run(fd: int, ident: tuple[int, int, int, int], start: int, length: int
+                 ) -> bytes | None:
+        reads.append(length)
+        return pure(fd, ident, start, length)
+
+    if core is not None:
+        monkeypatch.setattr(_native, "CORE", Spy())
+    monkeypatch.setattr(point_read, "point_run", pure_run)
+    return reads
 
 
 def test_an_entry_is_not_used_once_the_file_changed(tmp_path: pathlib.Path) -> None:
@@ -370,3 +398,48 @@ def test_a_file_changed_in_place_is_never_answered_from_the_memo(tmp_path: pathl
         os.utime(log_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
         with pytest.raises(CorruptBatchError):
             next(view.read("t", 0, 151, max_records=1))
+
+
+def test_find_latest_answers_from_the_identity_remembered_or_found_last() -> None:
+    """A segment object's point reads look up the file identity it remembered or found last
+    (the reader then checks the file still has it); an identity forgotten is not looked up."""
+    owner = point_memo.new_owner()
+    old, grown = (owner, (1, 2, 3000, 4)), (owner, (1, 2, 6000, 5))
+    batch = fmt.encode_batch([b"v"] * 20, base_offset=100, timestamps=1)
+    header = fmt.parse_header(batch, 0)
+    assert point_memo.find_latest(owner, 105, 10**6, 1) is None
+    point_memo.remember(old, 0, header, fmt.decode_records(batch, 0, header))
+    found = point_memo.find_latest(owner, 105, 10**6, 1)
+    assert found is not None and found[0].key == old
+    point_memo.remember(grown, 0, header, fmt.decode_records(batch, 0, header))
+    found = point_memo.find_latest(owner, 105, 10**6, 1)
+    assert found is not None and found[0].key == grown
+    assert point_memo.find(old, 105, 10**6, 1) is not None
+    found = point_memo.find_latest(owner, 105, 10**6, 1)
+    assert found is not None and found[0].key == old
+    assert point_memo.find_latest(point_memo.new_owner(), 105, 10**6, 1) is None
+    point_memo.clear()
+    assert point_memo.find_latest(owner, 105, 10**6, 1) is None
+
+
+def test_a_touched_file_is_read_whole_again_then_answered_from_the_memo_again(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new modification time alone (the bytes unchanged): the remembered batch is not used
+    (the file's identity is not the one it was made under); the read takes the batch whole,
+    remembers it under the new identity, and the next point read is one small read again."""
+    folder = _written(tmp_path / "log", [b"%05d" % i * 20 for i in range(500)])
+    log_file = next((folder / "t-0").glob("*.log"))
+    reads = _spy_reads(monkeypatch)
+    with embedlog.open(folder, read_only=True) as log:
+        assert next(log.read("t", 0, 107, max_records=1)).value == b"00107" * 20
+        reads.clear()
+        assert next(log.read("t", 0, 108, max_records=1)).value == b"00108" * 20
+        assert reads == [110]
+        st = os.stat(log_file)
+        os.utime(log_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        reads.clear()
+        assert next(log.read("t", 0, 109, max_records=1)).value == b"00109" * 20
+        assert max(reads) > 50_000  # the batch read whole
+        reads.clear()
+        assert next(log.read("t", 0, 110, max_records=1)).value == b"00110" * 20
+        assert reads == [110]

@@ -78,19 +78,23 @@ class HandleCache:
         """``owner`` is about to use its descriptors: it is not released until :meth:`unpin`
         (which makes it the most recently used: a pinned owner is never released, so where
         it stands in the LRU meanwhile does not matter)."""
-        with self._lock:
-            self._pins[owner] = self._pins.get(owner, 0) + 1
+        pins, lock = self._pins, self._lock
+        lock.acquire()  # as `with`, at half its cost here (every point read pins and unpins)
+        try:
+            pins[owner] = pins.get(owner, 0) + 1
+        finally:
+            lock.release()
 
     def unpin(self, owner: Owner, held: int | None) -> None:
         """``owner`` is done and now holds ``held`` descriptors; release others over budget.
         ``held=None``: it opened and closed nothing while pinned (it holds the descriptors
         last counted, by whoever opened or closed one)."""
-        with self._lock:
-            n = self._pins[owner] - 1
+        pins, lock = self._pins, self._lock
+        lock.acquire()  # as pin
+        try:
+            n = pins.pop(owner) - 1
             if n:
-                self._pins[owner] = n
-            else:
-                del self._pins[owner]
+                pins[owner] = n
             if held is None:
                 if owner in self._lru:
                     self._lru.move_to_end(owner)
@@ -100,6 +104,8 @@ class HandleCache:
                 self._lru[owner] = held
             if self._used > self.budget:
                 self._shrink()
+        finally:
+            lock.release()
 
     def forget(self, owner: Owner) -> None:
         """``owner`` closed (or retired) its descriptors: stop counting them."""

@@ -291,7 +291,7 @@ class Log(LogFolder):
         """
         p = self._partition_of(topic, partition)
         offset, end_offset, max_records = _validate.read_range(offset, end_offset, max_records)
-        return p.read(offset, end_offset, max_records)
+        return partition_read.read(p, offset, end_offset, max_records)
 
     def read_batches(
         self, topic: str, partition: int, start_offset: int | None = None,

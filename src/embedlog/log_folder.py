@@ -180,7 +180,8 @@ class LogFolder(_fork.ForkGuard):
     # ------------------------------------------------------------------ finding topics
 
     def _topic(self, name: str) -> Topic:
-        self._check_open()
+        if self._inherited or self._closed:  # _check_open, inlined: every call passes here
+            self._check_open()
         if name.__class__ is not str:
             validate_topic(name)  # raises: not a str (perhaps not even hashable)
         topic = self._topics.by_name.get(name)
@@ -196,6 +197,8 @@ class LogFolder(_fork.ForkGuard):
 
     def _partition_of(self, topic: str, partition: int) -> Partition:
         parts = self._topic(topic).partitions
+        if partition.__class__ is int and 0 <= partition < len(parts):
+            return parts[partition]  # what _validate.partition_of gives for it
         return parts[_validate.partition_of(partition, len(parts), topic)]
 
     # ------------------------------------------------------------------ transactions

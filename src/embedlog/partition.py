@@ -167,9 +167,9 @@ class Partition:
     @property
     def end_offset(self) -> int:
         """The log end offset: the offset the next appended record will get."""
-        if not self.segments:
-            return self.start_offset
-        return max(end_offset_of(self.segments), self.start_offset)
+        segs, start = self.segments, self.start_offset  # end_offset_of's common case inlined
+        end = start if not segs else segs[-1].next_offset if segs[-1].size else end_offset_of(segs)
+        return end if end > start else start
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

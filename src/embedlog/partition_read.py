@@ -34,15 +34,16 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Generator, Iterator, Sized
+from collections.abc import Generator, Iterable, Iterator, Sized
 from typing import Protocol, TypeVar
 
 from . import loader, reader
 from .errors import OffsetOutOfRangeError, StorageError
 from .records import Record
+from .segment import _native
 from .segment import format as fmt
+from .segment.point_read import deferred
 from .segment.rules import OverlapError
-from .segment.run_records import run_records
 from .segment.segment import Segment, SegmentSettings
 
 __all__ = [
@@ -275,31 +276,34 @@ def read(p: Readable, start: int | None, end: int | None,
     if max_records is None or start is None:
         return reader.records(p.topic, p.partition,
                               batches(p, start, end, False, max_records), max_records)
-    return _bounded(p, start, end, max_records)
+    core = _native.CORE  # lazy as a generator: nothing is read before the first next()
+    args = (p, start, end, max_records)
+    return deferred(_bounded, args) if core is None else core.deferred(_bounded, args)
 
 
-def _bounded(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:
-    """:func:`read` of at most ``max_records`` from ``start``: from one remembered batch, or
-    the scan; a view below its known end reads the known records first (:func:`_read_known`),
-    else it refreshes."""
+def _bounded(p: Readable, start: int, end: int | None, max_records: int) -> Iterable[Record]:
+    """:func:`read` of at most ``max_records`` from ``start``, run at its first ``next()``:
+    from one remembered batch, or the scan; a view below its known end reads the known
+    records first (:func:`_read_known`), else it refreshes."""
     found = _remembered(p, start, end, max_records)
     if found is not None:
-        yield from found
-    elif p.writable or start >= p.end_offset:
-        yield from reader.records(p.topic, p.partition,
-                                  batches(p, start, end, False, max_records), max_records)
-    else:
-        yield from _read_known(p, start, end, max_records)
+        return found
+    if p.writable or start >= p.end_offset:
+        return reader.records(p.topic, p.partition,
+                              batches(p, start, end, False, max_records), max_records)
+    return _read_known(p, start, end, max_records)
 
 
 def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[Record] | None:
     """The records of a bounded read from ``start`` when one batch the point-read memo holds
-    (:meth:`Segment.remembered_span <embedlog.segment.segment.Segment.remembered_span>`)
+    (:meth:`Segment.remembered_records <embedlog.segment.point_read.PointReads.remembered_records>`)
     answers all of it, as the scan would (``wanted`` records of it, or those up to the end the
     read stops at); None otherwise, and for anything the scan handles on its own (an offset
     out of range or below the local segments, a segment gone or swapped under a view): the
     read then takes the scan, which answers or raises."""
-    with p.lock:
+    lock = p.lock
+    lock.acquire()  # as `with`, at half its cost here (every point read passes)
+    try:
         bases = p._bases
         i = bisect.bisect_right(bases, start) - 1
         if i < 0 or start < p.start_offset:
@@ -307,21 +311,19 @@ def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[R
         known = p.end_offset
         seg = p.segments[i]
         ceiling = bases[i + 1] if i + 1 < len(bases) else None
+    finally:
+        lock.release()
     stop = known if end is None or end > known else end
     if start >= stop or wanted < 1:
         return None
     try:
-        run = seg.remembered_span(start, stop, wanted)
+        # A view reads on past its known end (_read_known): a short run is whole only for a
+        # writer or a read that stops there. A batch reaching the ceiling is damage the scan
+        # reports (reader.scan's check_ceiling).
+        return seg.remembered_records(start, stop, wanted, ceiling, p.writable or stop == end,
+                                      p.topic, p.partition)
     except StorageError:  # the scan meets it too (a view's then lists the folder again)
         return None
-    if run is None:
-        return None
-    header, data, n, position = run
-    if n < wanted and not (p.writable or stop == end):
-        return None  # a view reads on past its known end (_read_known)
-    if ceiling is not None and header.last_offset >= ceiling:
-        return None  # damage the scan reports (reader.scan's check_ceiling)
-    return run_records(data, n, header, position, p.topic, p.partition)
 
 
 def _read_known(p: Readable, start: int, end: int | None, max_records: int) -> Iterator[Record]:

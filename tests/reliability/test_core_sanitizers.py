@@ -42,6 +42,7 @@ TESTS = [  # run as two halves (even and odd places) side by side
     "tests/test_producer_lane.py",
     "tests/test_producer.py",
     "tests/test_point_memo.py",
+    "tests/test_point_run_core.py",
     "tests/test_format.py",
     "tests/test_format_kafka_python.py",
     "tests/test_kafka_fixtures.py",

@@ -1,4 +1,4 @@
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 def decode(
@@ -36,6 +36,13 @@ def run_records(
     log_append: bool, /,
 ) -> list[Any] | None: ...
 def file_identity(fd: int, /) -> tuple[int, int, int, int] | None: ...
+def deferred(fn: Callable[..., Iterable[Any]], args: tuple[Any, ...], /) -> Iterator[Any]: ...
+def floor_index(bases: Any, value: int, /) -> int: ...
+def point_run(
+    fd: int, identity: tuple[int, int, int, int], start: int, length: int, n: int,
+    fields: tuple[int, int, int, int, int, bool], record_type: type[Any], topic: str,
+    partition: int, /,
+) -> list[Any] | bytes | None: ...
 
 class ArrowSink:
     rows: int

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 __all__ = ["CORE", "ArrowSink", "Core", "codec_implementation", "load_compiled"]
@@ -86,6 +86,17 @@ class Core(Protocol):
     ) -> list[Any] | None: ...
 
     def file_identity(self, fd: int, /) -> tuple[int, int, int, int] | None: ...
+
+    def deferred(self, fn: Callable[..., Iterable[Any]], args: tuple[Any, ...], /
+                 ) -> Iterator[Any]: ...
+
+    def floor_index(self, bases: Any, value: int, /) -> int: ...
+
+    def point_run(
+        self, fd: int, identity: tuple[int, int, int, int], start: int, length: int, n: int,
+        fields: tuple[int, int, int, int, int, bool], record_type: type[Any], topic: str,
+        partition: int, /,
+    ) -> list[Any] | bytes | None: ...
 
     def SlotBuilder(self, cls: type[Any], setters: tuple[Any, ...], /) -> Any: ...
 

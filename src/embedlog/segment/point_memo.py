@@ -52,13 +52,14 @@ from typing import Final
 
 import numpy as np
 
+from . import _native
 from .codecs import Compression
 from .crc_memo import Identity
 from .decode import DecodedRecords
-from .header import HEADER_SIZE, BatchHeader
+from .header import HEADER_SIZE, TIMESTAMP_TYPE_MASK, BatchHeader
 
 __all__ = ["MEMO_RECORDS", "MIN_RECORDS", "Entry", "Key", "Run", "clear", "eligible", "find",
-           "get", "holds", "new_owner", "remember"]
+           "find_latest", "floor_index", "get", "header_fields", "holds", "new_owner", "remember"]
 
 MEMO_RECORDS: Final = 4 << 20
 """Records whose ends the process remembers at most (4 bytes each: 16 MiB)."""
@@ -73,9 +74,11 @@ Key = tuple[int, Identity]
 class Entry:
     """A remembered batch: its header and the end of each record (see the module notes), at
     ``position`` of the segment file ``key``. Equal only to itself (the memo's LRU is keyed by
-    the entry object)."""
+    the entry object). ``fields``: what the compiled point read (``_ccodec.point_run``) needs
+    of the header, ``(timestamp type, base offset, base timestamp, max timestamp, last offset
+    delta, whether LogAppendTime)``."""
 
-    __slots__ = ("base", "ends", "header", "key", "last", "position")
+    __slots__ = ("base", "ends", "fields", "header", "key", "last", "position")
 
     def __init__(self, key: Key, position: int, header: BatchHeader, ends: array[int]) -> None:
         self.key = key
@@ -84,6 +87,7 @@ class Entry:
         self.ends = ends
         self.base = header.base_offset
         self.last = header.last_offset
+        self.fields = header_fields(header)
 
     def span(self, first: int, last: int) -> tuple[int, int]:
         """The file bytes ``(start, length)`` of records ``[first, last)`` of the batch at
@@ -91,6 +95,19 @@ class Entry:
         ends = self.ends
         lo = ends[first - 1] if first else 0
         return HEADER_SIZE + lo, ends[last - 1] - lo
+
+
+def floor_index(bases: array[int], value: int) -> int:
+    """Where in ``bases`` (increasing) the last item <= ``value`` is; -1 when there is none.
+    The pure twin of ``_ccodec.floor_index``."""
+    return bisect_right(bases, value) - 1
+
+
+def header_fields(header: BatchHeader) -> tuple[int, int, int, int, int, bool]:
+    """:attr:`Entry.fields` of a batch's header."""
+    ttype = (header.attributes & TIMESTAMP_TYPE_MASK) >> 3  # header.timestamp_type
+    return (ttype, header.base_offset, header.base_timestamp, header.max_timestamp,
+            header.last_offset_delta, ttype == 1)
 
 
 Run = tuple[Entry, int, int, int]
@@ -102,10 +119,11 @@ class _Ordered:
     """The remembered batches of one :data:`Key`, by base offset (positions in the same
     order, offsets not overlapping: see the module notes)."""
 
-    __slots__ = ("bases", "entries")
+    __slots__ = ("bases", "entries", "key")
 
-    def __init__(self) -> None:
-        self.bases: list[int] = []
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self.bases = array("q")  # int64: searched by the compiled floor_index
         self.entries: list[Entry] = []  # as bases
 
     def fits(self, i: int, position: int, header: BatchHeader) -> bool:
@@ -120,6 +138,7 @@ class _Ordered:
 _lock = threading.Lock()
 _table: OrderedDict[Entry, None] = OrderedDict()  # every entry, least recently used first
 _ordered: dict[Key, _Ordered] = {}
+_latest: dict[int, _Ordered] = {}  # per owner: the file identity remembered or found last
 _held = [0]  # records remembered
 _owners = itertools.count()
 _per_owner: dict[int, int] = {}  # entries held per owner (absent: none)
@@ -155,13 +174,14 @@ def remember(identity: Key, position: int, header: BatchHeader,
             _forget(_table.popitem(last=False)[0])
         ordered = _ordered.get(identity)
         if ordered is None:
-            ordered = _ordered[identity] = _Ordered()
+            ordered = _ordered[identity] = _Ordered(identity)
+        _latest[identity[0]] = ordered
         i = bisect_right(ordered.bases, header.base_offset)
         if not ordered.fits(i, position, header):
             if not ordered.bases:
-                del _ordered[identity]
+                _drop(ordered)
             return
-        entry = Entry(identity, position, header, array("i", ends.tobytes()))
+        entry = Entry(ordered.key, position, header, array("i", ends.tobytes()))
         ordered.bases.insert(i, header.base_offset)
         ordered.entries.insert(i, entry)
         _table[entry] = None
@@ -180,7 +200,14 @@ def _forget(entry: Entry) -> None:
     i = ordered.entries.index(entry)
     del ordered.bases[i], ordered.entries[i]
     if not ordered.bases:
-        del _ordered[entry.key]
+        _drop(ordered)
+
+
+def _drop(ordered: _Ordered) -> None:
+    """Forget the (empty) batches of one file identity (the lock held)."""
+    del _ordered[ordered.key]
+    if _latest.get(ordered.key[0]) is ordered:
+        del _latest[ordered.key[0]]
 
 
 holds = _per_owner.__contains__
@@ -205,18 +232,37 @@ def find(identity: Key, offset: int, stop: int, wanted: int) -> Run | None:
     ``stop``) takes of the remembered batch of the segment file ``identity`` that holds
     ``offset``; None when no batch holding it is remembered, or when that batch holds fewer
     than ``wanted`` records from ``offset`` and ends below ``stop`` (the read goes on past
-    it)."""
-    with _lock:
-        ordered = _ordered.get(identity)
+    it). Makes ``identity`` its owner's latest (:func:`find_latest`)."""
+    return find_latest(identity[0], offset, stop, wanted, identity)
+
+
+def find_latest(owner: int, offset: int, stop: int, wanted: int,
+                identity: Key | None = None) -> Run | None:
+    """:func:`find` for the file identity of segment object ``owner`` that was remembered or
+    found last (its entries carry it: ``entry.key``). Only for a reader that then checks
+    that the file still has that identity before it reads (``_ccodec.point_run``), and
+    otherwise takes :func:`find` with the file's identity: the entry is then exactly the one
+    :func:`find` would give. With ``identity``: :func:`find`."""
+    lock = _lock
+    lock.acquire()  # as `with`, at half its cost here (every point read looks up)
+    try:
+        if identity is None:
+            ordered = _latest.get(owner)
+        elif (ordered := _ordered.get(identity)) is not None:
+            _latest[owner] = ordered
         if ordered is None:
             return None
-        i = bisect_right(ordered.bases, offset) - 1
+        core = _native.CORE
+        i = floor_index(ordered.bases, offset) if core is None else core.floor_index(
+            ordered.bases, offset)
         if i < 0:
             return None
         entry = ordered.entries[i]
         if entry.last < offset:
             return None
         _table.move_to_end(entry)
+    finally:
+        lock.release()
     end = entry.last + 1  # one past the run: the batch's end, wanted records, or stop
     if offset + wanted < end:
         end = offset + wanted
@@ -238,6 +284,7 @@ def clear() -> None:
 def _forget_all() -> None:
     _table.clear()
     _ordered.clear()
+    _latest.clear()
     _per_owner.clear()
     _held[0] = 0
 

@@ -31,16 +31,16 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from .. import _io
-from .._handles import CACHE
 from ..errors import CorruptBatchError, CorruptIndexError, StorageError
 from ..index import OffsetIndex, TimeIndex
 from ..index.txn_index import TxnIndexEntry
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
 from . import format as fmt
 from . import point_memo
-from .crc_memo import Memo, identity
+from .crc_memo import Memo
 from .files import pinned
 from .header import max_batches
+from .point_read import PointReads
 from .recovery import RecoveryResult, SegmentRecovery
 from .rules import INT32_MAX
 from .scan import SegmentSettings, located
@@ -53,7 +53,7 @@ _Index = TypeVar("_Index", OffsetIndex, TimeIndex)
 log = logging.getLogger(__name__)
 
 
-class Segment(SegmentRecovery):
+class Segment(SegmentRecovery, PointReads):
     """A base offset's three files. Writable only while it is the writer's active segment."""
 
     def __init__(
@@ -240,42 +240,6 @@ class Segment(SegmentRecovery):
         None for the writer's active segment. Taken before a read."""
         sealed = self._sealed_identity()
         return None if sealed is None else (self._point_owner, sealed)
-
-    def remembered_run(self, offset: int, stop: int, wanted: int
-                       ) -> tuple[fmt.BatchHeader, fmt.DecodedRecords] | None:
-        """:meth:`remembered_span`, its records decoded (:func:`~.decode.decode_run`)."""
-        run = self.remembered_span(offset, stop, wanted)
-        if run is None:
-            return None
-        header, data, n, position = run
-        return header, fmt.decode_run(data, n, header, position)
-
-    def remembered_span(self, offset: int, stop: int, wanted: int
-                        ) -> tuple[fmt.BatchHeader, bytes, int, int] | None:
-        """Up to ``wanted`` records from ``offset`` (below ``stop``) of a batch whose record
-        ends :mod:`.point_memo` holds for this segment file as it is now, read with one
-        ``pread`` of their bytes: ``(header, run, count, position)``, the run holding the
-        ``count`` records (:func:`~.decode.decode_run`) of the batch at ``position``. None
-        when no such batch is remembered, or when it holds fewer than ``wanted`` records from
-        ``offset`` and ends below ``stop`` (the caller reads the batch whole). A segment with
-        nothing remembered costs one set lookup."""
-        owner = self._point_owner
-        if self.writable or not point_memo.holds(owner):
-            return None
-        CACHE.pin(self)  # as @pinned does (inlined: a point read's every microsecond counts)
-        opened = self._rfd is None
-        try:
-            fd = self._read_fd()
-            run = None if fd is None else point_memo.find((owner, identity(fd)), offset, stop,
-                                                          wanted)
-            if run is None:
-                return None
-            entry, start, length, count = run
-            data = self.pread_pinned(start, length)
-        finally:
-            # The .log open already: nothing was opened or closed.
-            CACHE.unpin(self, self._descriptors() if opened else None)
-        return None if len(data) != length else (entry.header, data, count, entry.position)
 
     @pinned
     def find_offset_by_timestamp(self, timestamp: int) -> int | None:

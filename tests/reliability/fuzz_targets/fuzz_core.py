@@ -8,7 +8,11 @@ placed after a few bytes of a larger read (the compiled core's one call for a wh
 sink's one pass over the batch (``ArrowSink.append``) must append exactly the rows of the
 decoder's columns, or nothing when the decoder refuses the batch. The records section read as a
 point read's run of records (``run_records``, a record count from the first byte) must give
-the same records or error with either implementation.
+the same records or error with either implementation; so must the same run read back from a
+file by the compiled point read (``point_run``: the file's identity checked, one ``pread``,
+the records built) and by its pure twin, given the file's identity or another one. The input
+read as int64s is also the point-read memo's search by offset: the compiled ``floor_index`` of
+values in and around them must be its pure twin's.
 
 The same input, read as ``append_batch`` arguments (values, keys and timestamps of every
 kind, good and bad), goes to the encoder: ``encode_batch`` by the core (its listed-timestamps
@@ -18,7 +22,9 @@ arguments, to those bytes, and give None for anything else. Coverage guidance co
 instrumented pure code. Skips (exit 0 at once) when the core is not built.
 """
 
+import os
 import sys
+from array import array
 from collections.abc import Callable
 
 import atheris  # type: ignore[import-untyped]
@@ -27,8 +33,10 @@ import numpy  # imported first so that only embedlog is instrumented
 
 with atheris.instrument_imports(include=["embedlog"]):
     from embedlog.errors import CorruptBatchError
-    from embedlog.segment import _native, decode, encode
+    from embedlog.records import Record
+    from embedlog.segment import _native, decode, encode, point_memo, point_read
     from embedlog.segment import format as fmt
+    from embedlog.segment.crc_memo import identity
     from embedlog.segment.run_records import run_records
 
 try:
@@ -194,9 +202,71 @@ def _run(buf: bytes, n: int) -> object:
         return (type(e), str(e))
 
 
+_FILE: list[int] = []  # one scratch file (memfd), rewritten by each input
+
+
+def _point(buf: bytes, n: int, lie: int) -> object:
+    """The records section read back from a file as a point read's run of ``n`` records
+    (None: refused), with the file's identity or (``lie``) another one."""
+    try:
+        header = fmt.parse_header(buf, 0)
+    except CorruptBatchError:
+        return "no header"
+    section = buf[fmt.HEADER_SIZE:]
+    if not section:
+        return "empty"
+    if not _FILE:
+        _FILE.append(os.memfd_create("point-run"))
+    fd = _FILE[0]
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, section, 0)
+    ident = identity(fd)
+    if lie:
+        ident = (ident[0], ident[1], ident[2] + lie, ident[3])
+    try:
+        core = _native.CORE
+        got = (point_read.point_run(fd, ident, 0, len(section)) if core is None else
+               core.point_run(fd, ident, 0, len(section), n, point_memo.header_fields(header),
+                              Record, "t", 0))
+        if got is None or isinstance(got, list):
+            return got
+        return run_records(got, n, header, 0, "t", 0)
+    except CorruptBatchError as e:
+        return (type(e), str(e))
+
+
+def _check_point(buf: bytes, n: int, lie: int, run: object) -> None:
+    saved = _native.CORE
+    try:
+        _native.CORE = _ccodec
+        point_c = _point(buf, n, lie)
+        _native.CORE = None
+        point_py = _point(buf, n, lie)
+    finally:
+        _native.CORE = saved
+    if point_c != point_py:
+        raise AssertionError(f"point run: compiled {point_c!r} != pure {point_py!r}")
+    if isinstance(point_c, str):
+        return
+    if point_c != (None if lie else run):
+        raise AssertionError(f"point run {point_c!r} != run {run!r}")
+
+
+def _check_floor(data: bytes) -> None:
+    """The input's int64s (at most 64), sorted: the memo's search by offset for values in and
+    around them, compiled against pure."""
+    words = [int.from_bytes(data[i:i + 8], "big", signed=True) for i in range(0, len(data) - 7, 8)]
+    bases = array("q", sorted(words[:64]))
+    probe = int.from_bytes(data[-8:].rjust(8, b"\0"), "little", signed=True)
+    for v in (probe, *bases[:8], *(b - 1 for b in bases[:8] if b > -(2**63))):
+        if _ccodec.floor_index(bases, v) != point_memo.floor_index(bases, v):
+            raise AssertionError(f"floor_index({bases!r}, {v}) differs")
+
+
 def test_one_input(data: bytes) -> None:
     if len(data) < 2:
         return
+    _check_floor(data)
     check_encoder(data)
     mode, buf = data[0], bytearray(data[1:])
     first, count = (mode >> 2) & 7, (None if mode & 0x20 else (mode >> 6))
@@ -229,6 +299,7 @@ def test_one_input(data: bytes) -> None:
             _native.CORE = saved
         if run_c != run_py:
             raise AssertionError(f"run: compiled {run_c!r} != pure {run_py!r}")
+        _check_point(bytes(buf), n, (mode >> 4) & 1, run_c)
     fused = _sink_rows(bytes(buf), True)
     if fused is not None and fused != _sink_rows(bytes(buf), False):
         raise AssertionError(f"sink appended {fused!r}, not the decoded rows")

@@ -21,9 +21,12 @@
  *   records.c     slices(), gather() and records(): Python objects from decoded columns
  *   encode.c      encode() and encode_listed(): records sections and whole batches
  *   arrow_sink.c  the ArrowSink type: stored batches straight into Arrow buffers
- *   scans.c       first_not_bytes() and first_not_int64(): argument scans
+ *   scans.c       first_not_bytes() and first_not_int64(): argument scans; floor_index():
+ *                 the point-read memo's search by offset
  *   point.c       run_records(): a point read's run of records straight into Records;
- *                 file_identity(): a segment file's identity (four fields of fstat)
+ *                 file_identity(): a segment file's identity (four fields of fstat);
+ *                 point_run(): identity check, pread and run_records in one call
+ *   deferred.c    deferred(): the lazy iterator a point read hands its records out through
  *   builder.c     the SlotBuilder type: frozen, slotted dataclasses built without a frame
  *   module.c      the shared objects, the method table and PyInit__ccodec
  * This header holds what they share: constants, the one-pass record reader (decode()'s
@@ -66,6 +69,7 @@
 ELC_INTERNAL extern PyObject *elc_corrupt_batch_error; /* embedlog.errors.CorruptBatchError */
 ELC_INTERNAL extern PyObject *elc_crc32c;              /* crc32c.crc32c */
 ELC_INTERNAL extern PyTypeObject elc_sink_type;        /* ArrowSink (arrow_sink.c) */
+ELC_INTERNAL extern PyTypeObject elc_deferred_type;    /* Deferred (deferred.c) */
 ELC_INTERNAL extern PyTypeObject elc_builder_type;     /* SlotBuilder (builder.c) */
 
 /* A contiguous buffer of one fixed item size (the numpy columns handed in). module.c */
@@ -99,6 +103,15 @@ ELC_FUNCTION(first_not_bytes); /* scans.c */
 ELC_FUNCTION(first_not_int64); /* scans.c */
 ELC_FUNCTION(run_records);     /* point.c */
 ELC_FUNCTION(file_identity);   /* point.c */
+ELC_INTERNAL PyObject *elc_py_point_run(PyObject *self, PyObject *const *args,
+                                        Py_ssize_t nargs); /* point.c, METH_FASTCALL */
+ELC_INTERNAL extern const char elc_point_run_doc[];
+ELC_INTERNAL PyObject *elc_py_deferred(PyObject *self, PyObject *const *args,
+                                       Py_ssize_t nargs); /* deferred.c, METH_FASTCALL */
+ELC_INTERNAL extern const char elc_deferred_doc[];
+ELC_INTERNAL PyObject *elc_py_floor_index(PyObject *self, PyObject *const *args,
+                                          Py_ssize_t nargs); /* scans.c, METH_FASTCALL */
+ELC_INTERNAL extern const char elc_floor_index_doc[];
 
 /* ------------------------------------------------------------------------ small helpers */
 

@@ -35,6 +35,12 @@ static PyMethodDef methods[] = {
     {"first_not_int64", elc_py_first_not_int64, METH_VARARGS, elc_first_not_int64_doc},
     {"run_records", elc_py_run_records, METH_VARARGS, elc_run_records_doc},
     {"file_identity", elc_py_file_identity, METH_O, elc_file_identity_doc},
+    {"point_run", (PyCFunction)(void (*)(void))elc_py_point_run, METH_FASTCALL,
+     elc_point_run_doc},
+    {"deferred", (PyCFunction)(void (*)(void))elc_py_deferred, METH_FASTCALL,
+     elc_deferred_doc},
+    {"floor_index", (PyCFunction)(void (*)(void))elc_py_floor_index, METH_FASTCALL,
+     elc_floor_index_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -60,7 +66,8 @@ PyInit__ccodec(void)
     elc_crc32c = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);
     if (elc_corrupt_batch_error == NULL || elc_crc32c == NULL ||
-        PyType_Ready(&elc_sink_type) < 0 || PyType_Ready(&elc_builder_type) < 0)
+        PyType_Ready(&elc_sink_type) < 0 || PyType_Ready(&elc_builder_type) < 0 ||
+        PyType_Ready(&elc_deferred_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddObjectRef(m, "ArrowSink", (PyObject *)&elc_sink_type) < 0 ||

@@ -77,3 +77,41 @@ elc_py_first_not_int64(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
     return PyLong_FromSsize_t(bad);
 }
+
+ELC_DOC(floor_index,
+"floor_index(bases, value) -> int\n\n"
+"bisect.bisect_right(bases, value) - 1 for bases, a buffer of int64 in increasing order\n"
+"(array('q')): the place of the last item <= value, -1 when there is none. OverflowError for\n"
+"a value outside int64.");
+
+PyObject *
+elc_py_floor_index(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "floor_index(bases, value) takes 2 arguments");
+        return NULL;
+    }
+    long long value = PyLong_AsLongLong(args[1]);
+    if (value == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (view.itemsize != 8 || view.len % 8 != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "floor_index() takes a buffer of int64");
+        return NULL;
+    }
+    const int64_t *b = (const int64_t *)view.buf;
+    Py_ssize_t lo = 0, hi = view.len / 8; /* bisect_right: the first item > value */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (value < b[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(lo - 1);
+}
