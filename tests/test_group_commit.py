@@ -17,10 +17,9 @@ WAIT = 30.0  # generous bound for a thread to reach a point it must reach (a han
 
 
 def _waiting(gc: GroupCommit, n: int) -> bool:
-    """Whether ``n`` threads wait on the hand-off condition."""
-    cond = gc._handoff
-    with cond:
-        return len(cond._waiters) >= n  # type: ignore[attr-defined]
+    """Whether ``n`` threads are parked in ``sync`` behind the fsync in flight."""
+    with gc._mutex:
+        return len(gc._sync_parked) >= n
 
 
 def _until(check: Callable[[], bool]) -> None:
@@ -43,7 +42,7 @@ def test_covered_follower_returns_while_the_next_fsync_runs() -> None:
         started[n].set()
         assert release[n].wait(WAIT)
 
-    gc = GroupCommit(flush)
+    gc = GroupCommit(flush, lambda entries: (0, gc.written))
     gc.written = 2  # appends 1 and 2 written: the first fsync covers both
     leader = threading.Thread(target=gc.sync, args=(1,))
     leader.start()
@@ -99,7 +98,7 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
                 t.start()
             # Every other append is queued while the first fsync is held (none writes while an
             # fsync runs); the next leader appends all seven, then fsyncs once.
-            _until(lambda: len(p._commit._queue) >= threads - 1)
+            _until(lambda: p._commit.parked >= threads - 1)
             assert p._commit.written == 1
             release.set()
             for t in [first, *rest]:

@@ -370,7 +370,8 @@ def test_senders_waiting_behind_an_fsync_share_the_next_one(log: embedlog.Log) -
         for t in followers:
             t.start()
         deadline = time.monotonic() + 60  # a watchdog, not a measurement
-        while producer._committing < 8:  # each sender's record is in the batch before it counts
+        commit = log._topic("t").partitions[0]._commit
+        while commit.parked < 7:  # each sender's record is in the batch before it parks
             assert time.monotonic() < deadline, "the followers never queued their records"
             time.sleep(0.001)
         release.set()

@@ -63,8 +63,6 @@ A producer is thread-safe and several may share a ``Log``.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -99,7 +97,6 @@ count), so that the estimated size of a batch never falls short of the encoded o
 _new = tuple.__new__
 _INT64_LIMIT: Final = _validate.INT64_LIMIT
 
-_GATHER_ROUNDS = 50  # GIL hand-offs a group-commit leader grants senders still on their way
 
 
 def _as_bytes(data: object, what: str, serializer: object) -> bytes:
@@ -167,8 +164,6 @@ class Producer:
         self.batch_size = batch_size
         self.max_batch_records = max_batch_records
         self._fsync = durability == "fsync"
-        self._committing = 0  # senders waiting for their record's fsync
-        self._committing_lock = threading.Lock()
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = partitioner
@@ -379,27 +374,13 @@ class Producer:
         write and one fsync with every sender whose record joined the batch meanwhile."""
         if full:
             slot.settle()
-        with self._committing_lock:
-            self._committing += 1
-        try:
-            covered = slot.sync_through(offset, lambda: self._gather(slot))
-        finally:
-            with self._committing_lock:
-                self._committing -= 1
+        covered = slot.sync_through(offset)
         if not covered:
             self._check()
             raise UsageError(f"{slot.topic}-{slot.index}: the record at offset {offset} was "
                              "not written")
         if self._trouble:
             self._check()
-
-    def _gather(self, slot: OpenBatch) -> None:
-        """The group-commit leader's pause: yield the GIL (a few microseconds each time) while
-        other senders are still on their way to put their record in this batch."""
-        for _ in range(_GATHER_ROUNDS):
-            if len(slot.values) >= self._committing or not slot.open:
-                return
-            time.sleep(0)
 
     def _write_now(self, slot: OpenBatch) -> None:
         slot.settle()
