@@ -20,12 +20,14 @@ A :class:`GroupCommit` keeps a partition's durability bookkeeping:
   returned).
 
 Parking and waking: a parked writer blocks on a lock of its own (allocated locked, released
-once by whoever wakes it), so a finished round wakes exactly the writers it covers and the
-next leader, each once -- no broadcast whose woken threads find nothing to do and pass the
-interpreter lock around. A new leader first waits (parked, not spinning) until as many
-writers are back as the last round had -- the writers it woke are on their way with their
-next record -- or for at most :data:`GATHER_WAIT` seconds (then the next round expects no
-more than came).
+once by whoever wakes it). A finished round wakes the next leader and the first writer it
+covered; each covered writer, once running, wakes the next one (a chain, so at most one woken
+writer at a time waits for the interpreter lock, instead of a broadcast whose woken threads
+preempt the running one and pass the interpreter lock around; a covered writer whose caller
+was interrupted passes its turn on). A new leader first waits (parked, not spinning) until
+as many writers are back as the last round had -- the writers it woke are on their way with
+their next record -- or for at most :data:`GATHER_WAIT` seconds (then the next round expects
+no more than came).
 
 Lock order: the partition lock -> ``sync_lock``. ``_mutex`` guards the hand-off state only and
 is never held while taking either of them, nor while blocking.
@@ -46,24 +48,24 @@ GATHER_WAIT = 0.001
 what it has (a writer that left does not hold up every later round: the next round expects
 only as many as came)."""
 
-_locked = threading.Lock
+_new_lock = threading.Lock
 
 
 def _parked() -> Any:
     """A fresh lock, held: its owner blocks on it until someone releases it once."""
-    lock = _locked()
+    lock = _new_lock()
     lock.acquire()
     return lock
 
 
 class Queued:
-    """One parked or leading writer of a round. ``batch``: its encoded batch
-    (:meth:`GroupCommit.commit_queued`) or None (:meth:`GroupCommit.sync_through`, whose
-    record at ``offset`` is in the reserved batch). ``write_round`` sets ``header`` or
-    ``error``; ``done`` once its round's fsync ended (or failed); ``lead``: woken to lead the
-    next round; ``wake``: the lock it parks on."""
+    """One writer of a round. ``batch``: its encoded batch (:meth:`GroupCommit.commit_queued`)
+    or None (:meth:`GroupCommit.sync_through`: its record at ``offset`` is in the reserved
+    batch). ``write_round`` sets ``header`` or ``error``; ``done`` once its round's fsync ended
+    (or failed); ``lead``: woken to lead the next round; ``gone``: its caller was interrupted
+    while parked (its turn in a chain passes on); ``wake``: the lock it parks on."""
 
-    __slots__ = ("batch", "done", "error", "header", "lead", "offset", "wake")
+    __slots__ = ("batch", "done", "error", "gone", "header", "lead", "offset", "wake")
 
     def __init__(self, batch: bytearray | None, offset: int = -1) -> None:
         self.batch = batch
@@ -72,6 +74,7 @@ class Queued:
         self.error: BaseException | None = None
         self.done = False
         self.lead = False
+        self.gone = False
         self.wake: Any = None
 
     def result(self) -> Any:
@@ -96,6 +99,7 @@ class GroupCommit:
         self._sync_parked: list[tuple[int, Any]] = []
         self._leading = False
         self._parked: list[Queued] = []  # writers waiting for a round, in arrival order
+        self._chain: list[Queued] = []  # covered writers not woken yet, woken one by one
         self._gatherer: Any = None  # a new leader's lock while it waits for writers
         self._expected = 1  # writers the last round covered
         self.durable_end = 0
@@ -178,9 +182,8 @@ class GroupCommit:
         """Return ``batch``'s header once it is appended and on disk (see the module notes);
         raise its error (of its append, or of the round's write or fsync)."""
         mine = Queued(batch)
-        if self._join(mine):
-            return mine.result()
-        self._lead(mine)
+        if not self._join(mine):
+            self._lead(mine)
         return mine.result()
 
     def sync_through(self, offset: int) -> bool:
@@ -190,7 +193,7 @@ class GroupCommit:
             return True
         mine = Queued(None, offset)
         if self._join(mine):
-            return mine.error is None
+            return True
         self._lead(mine)
         return self.durable_end > offset
 
@@ -210,23 +213,52 @@ class GroupCommit:
         try:
             lock.acquire()
         except BaseException:
+            self._left(mine)
+            raise
+        if mine.lead:
+            return False
+        if self._chain:  # the next covered writer's turn
             with mutex:
-                if mine in self._parked:
-                    self._parked.remove(mine)
-                nxt = self._next_locked() if mine.lead else None
+                nxt = self._next_in_chain()
             if nxt is not None:
                 nxt.release()
-            raise
-        return not mine.lead
+        return True
 
-    def _next_locked(self) -> Any:
-        """Hand the lead to the first parked writer (its lock to release), or give it up."""
+    def _next_in_chain(self) -> Any:
+        """The lock of the next covered writer to wake, if any (caller holds ``_mutex``)."""
+        chain = self._chain
+        while chain:
+            entry = chain.pop(0)
+            if not entry.gone:
+                return entry.wake
+        return None
+
+    def _next_leader(self) -> Any:
+        """Hand the lead to the first parked writer (its lock to release), or give it up
+        (caller holds ``_mutex``)."""
         if self._parked:
             nxt = self._parked.pop(0)
             nxt.lead = True
             return nxt.wake
         self._leading = False
         return None
+
+    def _left(self, mine: Queued) -> None:
+        """A parked writer's caller was interrupted: it leaves the queue if no round took it
+        yet, and passes on a turn it was given (to lead, or to wake the next covered)."""
+        with self._mutex:
+            mine.gone = True
+            if mine in self._parked:
+                self._parked.remove(mine)
+            if mine in self._chain:
+                self._chain.remove(mine)
+                nxt = None
+            elif mine.lead:
+                nxt = self._next_leader()
+            else:
+                nxt = self._next_in_chain() if mine.done else None
+        if nxt is not None:
+            nxt.release()
 
     def _gather(self) -> None:
         """A new leader's wait for the writers of the last round (see the module notes)."""
@@ -251,9 +283,8 @@ class GroupCommit:
             self._gather()
         with self._mutex:
             parked, self._parked = self._parked, []
-        queued = [e for e in parked if e.batch is not None]
-        if mine.batch is not None:
-            queued.insert(0, mine)
+        queued = [mine] if mine.batch is not None else []
+        queued += [entry for entry in parked if entry.batch is not None]
         end = -1
         try:
             end, seq = self._write_round(queued)
@@ -268,22 +299,23 @@ class GroupCommit:
             self._finish(mine, parked, end)
 
     def _finish(self, mine: Queued, parked: list[Queued], end: int) -> None:
+        """Wake the next leader and start the chain of the covered writers."""
         if end > self.durable_end:
             self.durable_end = end
-        covered = []
+        mine.done = True
         with self._mutex:
-            self._expected = max(1, len(parked) + 1)
+            self._expected = len(parked) + 1
             uncovered = []
             for entry in parked:  # the reservation's writers it did not cover stay parked
                 if entry.batch is None and entry.offset >= end:
                     uncovered.append(entry)
                 else:
                     entry.done = True
-                    covered.append(entry.wake)
+                    self._chain.append(entry)
             self._parked[:0] = uncovered
-            mine.done = True
-            nxt = self._next_locked()
-        if nxt is not None:
-            nxt.release()
-        for lock in covered:
-            lock.release()
+            leader = self._next_leader()
+            first = self._next_in_chain()
+        if leader is not None:
+            leader.release()
+        if first is not None:
+            first.release()
