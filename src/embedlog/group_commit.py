@@ -284,11 +284,12 @@ class GroupCommit:
         with self._mutex:
             parked, self._parked = self._parked, []
         queued = [mine] if mine.batch is not None else []
-        queued += [entry for entry in parked if entry.batch is not None]
+        if parked:
+            queued += [entry for entry in parked if entry.batch is not None]
         end = -1
         try:
             end, seq = self._write_round(queued)
-            self.sync(seq)
+            self._sync_round(seq)
         except BaseException as exc:
             for entry in queued:
                 entry.error = entry.error or exc
@@ -297,6 +298,19 @@ class GroupCommit:
                 raise
         finally:
             self._finish(mine, parked, end)
+
+    def _sync_round(self, seq: int) -> None:
+        """A round's fsync: :meth:`sync` without its hand-off (rounds come one at a time; a
+        ``sync`` caller meanwhile waits on ``sync_lock``, then finds itself covered)."""
+        if self.synced >= seq or not _io.SAFETY.fsync_before_ack:
+            return
+        with self.sync_lock:
+            if self.synced < seq:
+                upto = self.written
+                self._flush()
+                self.synced = max(self.synced, upto)
+        if self._sync_parked:
+            self._sync_wake(ended=False)
 
     def _finish(self, mine: Queued, parked: list[Queued], end: int) -> None:
         """Wake the next leader and start the chain of the covered writers."""
@@ -314,7 +328,7 @@ class GroupCommit:
                     self._chain.append(entry)
             self._parked[:0] = uncovered
             leader = self._next_leader()
-            first = self._next_in_chain()
+            first = self._next_in_chain() if self._chain else None
         if leader is not None:
             leader.release()
         if first is not None:

@@ -17,9 +17,10 @@ records. Offsets handed out can therefore never be given to anyone else, and no 
 between two ``send()`` calls.
 
 **The lane.** A plain record (an explicit partition whose batch is open, bytes key and value,
-no headers, no serializers, ``durability="none"``) is one call into the batch's lane
-(:mod:`embedlog.producer_lane`; compiled unless ``EMBEDLOG_PURE=1``): it checks the record,
-appends it to the batch's lists and returns its metadata, or declines without appending. The
+no headers, no serializers) is one call into the batch's lane (:mod:`embedlog.producer_lane`;
+compiled unless ``EMBEDLOG_PURE=1``): it checks the record, appends it to the batch's lists
+and returns its metadata, or declines without appending (with ``durability="fsync"`` the
+sender then waits for the group commit, as on the Python path). The
 first record of a batch, the one that fills it, and every other record take the Python path,
 which makes every check and raises every error; both store the same records and bytes.
 
@@ -169,7 +170,7 @@ class Producer:
         self._partitioner = partitioner
         self._plain = key_serializer is None and value_serializer is None
         self._fast = self._plain  # _plain and not _trouble: send's fast path applies
-        self._lane = self._fast and not self._fsync  # send may try the batch's lane first
+        self._lane = self._fast  # send may try the batch's lane first
         self._clock = log.clock
         self._topics: dict[str, TopicChooser] = {}
         self._slots: dict[tuple[str, int], LaneBatch] = {}
@@ -203,8 +204,8 @@ class Producer:
         it is on disk when this returns. ``timestamp`` is epoch ms (default: now).
         """
         # The common case (an explicit partition with an open batch, bytes key and value, no
-        # headers, no serializers, no fsync) is one call into the batch's lane: this loop body
-        # is the producer's throughput. The lane declines anything else, appending nothing.
+        # headers, no serializers) is one call into the batch's lane: this loop body is the
+        # producer's throughput. The lane declines anything else, appending nothing.
         now = None
         if self._lane and headers is None and partition.__class__ is int:
             try:
@@ -216,6 +217,8 @@ class Producer:
                     now = self._clock()
                 meta = slot.lane.add(topic, value, key, now if timestamp is None else timestamp)
                 if meta is not None:
+                    if self._fsync:  # (a record the lane takes never fills its batch)
+                        self._commit(slot, meta.offset, False)
                     return meta
         return self._send(topic, value, key, headers, partition, timestamp, now)
 
@@ -433,7 +436,7 @@ class Producer:
     def _set_trouble(self, trouble: bool) -> None:
         self._trouble = trouble
         self._fast = self._plain and not trouble
-        self._lane = self._fast and not self._fsync
+        self._lane = self._fast
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition numbers of ``topic``."""
