@@ -5,22 +5,24 @@ the next one."""
 from __future__ import annotations
 
 import pathlib
+import signal
 import threading
 from collections.abc import Callable
+
+import pytest
 
 import embedlog
 from doubles import Call, ScriptedFS
 from embedlog import _io
-from embedlog.group_commit import GroupCommit
+from embedlog.group_commit import GroupCommit, Queued
 
 WAIT = 30.0  # generous bound for a thread to reach a point it must reach (a hang guard only)
 
 
 def _waiting(gc: GroupCommit, n: int) -> bool:
-    """Whether ``n`` threads wait on the hand-off condition."""
-    cond = gc._handoff
-    with cond:
-        return len(cond._waiters) >= n  # type: ignore[attr-defined]
+    """Whether ``n`` threads are parked in ``sync`` behind the fsync in flight."""
+    with gc._mutex:
+        return len(gc._sync_parked) >= n
 
 
 def _until(check: Callable[[], bool]) -> None:
@@ -43,7 +45,7 @@ def test_covered_follower_returns_while_the_next_fsync_runs() -> None:
         started[n].set()
         assert release[n].wait(WAIT)
 
-    gc = GroupCommit(flush)
+    gc = GroupCommit(flush, lambda entries: (0, gc.written))
     gc.written = 2  # appends 1 and 2 written: the first fsync covers both
     leader = threading.Thread(target=gc.sync, args=(1,))
     leader.start()
@@ -99,7 +101,7 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
                 t.start()
             # Every other append is queued while the first fsync is held (none writes while an
             # fsync runs); the next leader appends all seven, then fsyncs once.
-            _until(lambda: len(p._commit._queue) >= threads - 1)
+            _until(lambda: p._commit.parked >= threads - 1)
             assert p._commit.written == 1
             release.set()
             for t in [first, *rest]:
@@ -140,3 +142,109 @@ def test_a_failed_fsync_fails_every_append_of_its_round(log_dir: pathlib.Path) -
         assert len(outcomes) == 4 and "acknowledged" not in outcomes
     with embedlog.open(log_dir, durability="fsync") as log:
         assert [r.value for r in log.read("t", 0)][:1] == [b"before"]
+
+
+class _Rounds:
+    """A :class:`GroupCommit` over an in-memory log: ``write_round`` gives each queued batch
+    its position as header; ``flush`` records what it covers and can be held."""
+
+    def __init__(self) -> None:
+        self.log: list[bytes] = []
+        self.fsyncs: list[int] = []
+        self.hold = threading.Event()
+        self.held = threading.Event()
+        self.hold.set()
+        self.gc = GroupCommit(self._flush, self._write_round)
+
+    def _write_round(self, entries: list[Queued]) -> tuple[int, int]:
+        for entry in entries:
+            assert entry.batch is not None
+            entry.header = len(self.log)
+            self.log.append(bytes(entry.batch))
+            self.gc.written += 1
+        return len(self.log), self.gc.written
+
+    def _flush(self) -> None:
+        self.fsyncs.append(len(self.log))
+        self.held.set()
+        assert self.hold.wait(WAIT)
+
+    def append(self, value: bytes, out: list[int]) -> threading.Thread:
+        t = threading.Thread(target=lambda: out.append(self.gc.commit_queued(bytearray(value))))
+        t.start()
+        return t
+
+
+def test_a_covered_writer_whose_caller_left_passes_its_turn_on() -> None:
+    """Covered writers wake one after another; one whose caller was interrupted (``gone``)
+    is skipped, and every other writer of the round still returns with its own header."""
+    r = _Rounds()
+    r.hold.clear()
+    out: list[int] = []
+    first = r.append(b"first", out)
+    assert r.held.wait(WAIT)
+    r.held.clear()
+    rest = [r.append(b"v%d" % i, out) for i in range(4)]
+    _until(lambda: r.gc.parked >= 4)
+    left = Queued(bytearray(b"left"))  # parked, taken by the next round, then interrupted
+    left.wake, left.gone = threading.Lock(), True
+    with r.gc._mutex:
+        r.gc._parked.insert(2, left)
+    r.hold.set()
+    for t in [first, *rest]:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert sorted(out) == [0, 1, 2, 4, 5]  # the left writer's batch was written at 3
+    assert r.log[3] == b"left" and r.fsyncs == [1, 6]
+    assert r.gc.parked == 0 and r.gc._chain == [] and not r.gc._leading
+
+
+def test_an_interrupted_parked_writer_leaves_the_queue() -> None:
+    """A writer interrupted while parked (a signal handler raising in the main thread) leaves
+    the queue: its batch is not written, and the writers behind it are served."""
+    r = _Rounds()
+    r.hold.clear()
+    out: list[int] = []
+    first = r.append(b"first", out)
+    assert r.held.wait(WAIT)
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            r.gc.commit_queued(bytearray(b"interrupted"))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert r.gc.parked == 0
+    later = r.append(b"later", out)
+    _until(lambda: r.gc.parked >= 1)
+    r.hold.set()
+    for t in (first, later):
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert r.log == [b"first", b"later"] and sorted(out) == [0, 1]
+
+
+def test_a_new_leader_waits_for_the_last_rounds_writers_only_so_long() -> None:
+    """After a round of five, a lone writer leads once the bounded wait for the others ends,
+    and the next round expects only as many writers as came."""
+    r = _Rounds()
+    r.hold.clear()
+    out: list[int] = []
+    first = r.append(b"first", out)
+    assert r.held.wait(WAIT)
+    rest = [r.append(b"v%d" % i, out) for i in range(5)]
+    _until(lambda: r.gc.parked >= 5)
+    r.hold.set()
+    for t in [first, *rest]:
+        t.join(WAIT)
+    assert r.gc._expected == 5  # the second round: its leader and four parked writers
+    assert r.gc.commit_queued(bytearray(b"alone")) == 6
+    assert r.gc._expected == 1 and r.fsyncs == [1, 6, 7]

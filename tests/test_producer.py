@@ -322,20 +322,31 @@ def test_fsync_durability_syncs_before_returning(log: embedlog.Log) -> None:
     producer.close()
 
 
-def _send_all(producer: embedlog.Producer, values: list[bytes], out: list[int]) -> None:
+def _send_all(producer: embedlog.Producer, values: list[bytes], out: list[int],
+              partition: int | None = None) -> None:
     for v in values:
-        out.append(producer.send("t", v, key=b"k").offset)
+        out.append(producer.send("t", v, key=b"k", partition=partition).offset)
 
 
-def test_concurrent_fsync_senders_are_all_durable(log: embedlog.Log) -> None:
+@pytest.mark.parametrize("partition", [None, 0])  # 0: records the batch's lane takes
+def test_concurrent_fsync_senders_are_all_durable(log: embedlog.Log,
+                                                  partition: int | None) -> None:
     log.create_topic("t")
     producer = log.producer(durability="fsync")
     p = log._partition_of("t", 0)
     fs = ScriptedFS()
     fs.before("fsync", lambda call: time.sleep(0.002))  # a disk's latency: senders overlap
-    acked: list[int] = []
+    synced_at_ack: list[tuple[int, int]] = []
+
+    class Acks(list[int]):
+        def append(self, offset: int) -> None:  # the durable end when send returned
+            synced_at_ack.append((offset, p._commit.durable_end))
+            super().append(offset)
+
+    acked = Acks()
     with _io.use_backend(fs):
-        threads = [threading.Thread(target=_send_all, args=(producer, [b"v"] * 25, acked))
+        threads = [threading.Thread(target=_send_all,
+                                    args=(producer, [b"v"] * 25, acked, partition))
                    for _ in range(8)]
         for t in threads:
             t.start()
@@ -344,6 +355,7 @@ def test_concurrent_fsync_senders_are_all_durable(log: embedlog.Log) -> None:
         assert p._commit.synced == p._commit.written  # every acknowledged record was fsynced
     producer.close()
     assert sorted(acked) == list(range(200)) and log.end_offset("t", 0) == 200
+    assert all(offset < durable for offset, durable in synced_at_ack)
     assert 1 <= fs.count("fsync", suffix=".log") <= 200  # never more than one per send
 
 
@@ -370,7 +382,8 @@ def test_senders_waiting_behind_an_fsync_share_the_next_one(log: embedlog.Log) -
         for t in followers:
             t.start()
         deadline = time.monotonic() + 60  # a watchdog, not a measurement
-        while producer._committing < 8:  # each sender's record is in the batch before it counts
+        commit = log._topic("t").partitions[0]._commit
+        while commit.parked < 7:  # each sender's record is in the batch before it parks
             assert time.monotonic() < deadline, "the followers never queued their records"
             time.sleep(0.001)
         release.set()

@@ -315,9 +315,9 @@ class OpenBatch:
         """Write the batch now, if it is open."""
         self.p.settle(self)
 
-    def sync_through(self, offset: int, gather: Callable[[], None] | None = None) -> bool:
+    def sync_through(self, offset: int) -> bool:
         """Group commit: return once ``offset`` is on disk (False: it was never written)."""
-        return self.p.sync_through(offset, gather)
+        return self.p.sync_through(offset)
 
     def sync(self) -> None:
         """fsync everything appended to the partition so far."""

@@ -4,51 +4,78 @@ A :class:`GroupCommit` keeps a partition's durability bookkeeping:
 
 * ``written`` counts appends (bumped by the partition under its lock), ``synced`` the appends
   known to be on disk; :meth:`GroupCommit.sync` fsyncs the active segment once for every
-  append counted so far. Its callers hand off too: one at a time fsyncs, the others wait on
-  the hand-off condition (not on ``sync_lock``), so a caller whose append the fsync in flight
-  covers returns when it ends instead of queueing behind the next one;
-* :meth:`GroupCommit.commit_queued` is the hand-off of writers that wait for their own batch
-  (``Log.append`` in ``fsync`` mode): each queues its encoded batch; one caller at a time (the
-  leader) appends everything queued, then fsyncs once, and every writer of that round returns
-  with its own header (or error). Writers never append while an fsync runs, so a round holds
-  what arrived during the previous fsync; a new leader first yields the GIL until as many
-  batches are queued as the last round had (the writers it woke are on their way back);
-* ``durable_end``: every offset below it is on disk. :meth:`GroupCommit.sync_through` is the
-  leader/follower hand-off of writers that leave their records in a reserved batch: one caller
-  at a time (the leader) writes what was reserved -- every record gathered while the previous
-  fsync ran -- with one write, then fsyncs; the others wait and find their offsets covered.
+  append counted so far. One caller at a time fsyncs; the others park, and a caller whose
+  append the fsync in flight covers returns when it ends instead of queueing behind the next
+  one;
+* *rounds*: the writers of :meth:`GroupCommit.commit_queued` (``Log.append`` in ``fsync`` mode:
+  each brings its encoded batch) and of :meth:`GroupCommit.sync_through` (the producer: each
+  left its record in the partition's reserved batch and brings the record's offset) share one
+  hand-off. One writer at a time is the *leader*: it calls the partition's ``write_round``
+  with every queued batch (which first writes the reservation, then appends the batches, each
+  getting its own header or error, and returns the end offset and the append count), then
+  fsyncs once. Every writer that round covers returns (each with its own header or error);
+  the first writer still parked becomes the next leader. Writers never append while an fsync
+  runs, so a round holds what arrived during the previous one;
+* ``durable_end``: every offset below it is on disk (a round's end offset once its fsync
+  returned).
 
-Lock order: the partition lock -> ``sync_lock``; the hand-off condition is never held with
-either of them, so followers never wait on the partition lock to learn they are covered.
+Parking and waking: a parked writer blocks on a lock of its own (allocated locked, released
+once by whoever wakes it). A finished round wakes the next leader and the first writer it
+covered; each covered writer, once running, wakes the next one (a chain, so at most one woken
+writer at a time waits for the interpreter lock, instead of a broadcast whose woken threads
+preempt the running one and pass the interpreter lock around; a covered writer whose caller
+was interrupted passes its turn on). A new leader first waits (parked, not spinning) until
+as many writers are back as the last round had -- the writers it woke are on their way with
+their next record -- or for at most :data:`GATHER_WAIT` seconds (then the next round expects
+no more than came).
+
+Lock order: the partition lock -> ``sync_lock``. ``_mutex`` guards the hand-off state only and
+is never held while taking either of them, nor while blocking.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from . import _io
 
-__all__ = ["GroupCommit", "Queued"]
+__all__ = ["GATHER_WAIT", "GroupCommit", "Queued"]
 
-_GATHER_ROUNDS = 50
-"""GIL hand-offs (``sleep(0)``) a queue leader grants writers on their way: it starts its round
-once as many batches are queued as the last round had, or after this many."""
+GATHER_WAIT = 0.001
+"""Seconds a new leader waits for the writers of the last round to come back before it writes
+what it has (a writer that left does not hold up every later round: the next round expects
+only as many as came)."""
+
+_new_lock = threading.Lock
+
+
+def _parked() -> Any:
+    """A fresh lock, held: its owner blocks on it until someone releases it once."""
+    lock = _new_lock()
+    lock.acquire()
+    return lock
 
 
 class Queued:
-    """One writer's batch in :meth:`GroupCommit.commit_queued`: the appender sets ``header`` or
-    ``error``; ``done`` once its round's fsync ended (or failed)."""
+    """One writer of a round. ``batch``: its encoded batch (:meth:`GroupCommit.commit_queued`)
+    or None (:meth:`GroupCommit.sync_through`: its record at ``offset`` is in the reserved
+    batch). ``write_round`` sets ``header`` or ``error``; ``done`` once its round's fsync ended
+    (or failed); ``lead``: woken to lead the next round; ``gone``: its caller was interrupted
+    while parked (its turn in a chain passes on); ``wake``: the lock it parks on."""
 
-    __slots__ = ("batch", "done", "error", "header")
+    __slots__ = ("batch", "done", "error", "gone", "header", "lead", "offset", "wake")
 
-    def __init__(self, batch: bytearray) -> None:
+    def __init__(self, batch: bytearray | None, offset: int = -1) -> None:
         self.batch = batch
+        self.offset = offset
         self.header: Any = None
         self.error: BaseException | None = None
         self.done = False
+        self.lead = False
+        self.gone = False
+        self.wake: Any = None
 
     def result(self) -> Any:
         if self.error is not None:
@@ -56,34 +83,58 @@ class Queued:
         return self.header
 
 
-class GroupCommit:
-    """The durability state of one partition; ``flush`` fsyncs its active segment."""
+WriteRound = Callable[[list[Queued]], tuple[int, int]]
 
-    def __init__(self, flush: Callable[[], None]) -> None:
+
+class GroupCommit:
+    """The durability state of one partition; ``flush`` fsyncs its active segment,
+    ``write_round(batches)`` writes a round (see the module notes)."""
+
+    def __init__(self, flush: Callable[[], None], write_round: WriteRound) -> None:
         self._flush = flush
+        self._write_round = write_round
         self.sync_lock = threading.Lock()
-        self._handoff = threading.Condition(threading.Lock())
-        self._leading = False
+        self._mutex = threading.Lock()
         self._syncing = False
+        self._sync_parked: list[tuple[int, Any]] = []
+        self._leading = False
+        self._parked: list[Queued] = []  # writers waiting for a round, in arrival order
+        self._chain: list[Queued] = []  # covered writers not woken yet, woken one by one
+        self._gatherer: Any = None  # a new leader's lock while it waits for writers
+        self._expected = 1  # writers the last round covered
         self.durable_end = 0
         self.written = 0
         self.synced = 0
-        self._queue: list[Queued] = []
-        self._last_round = 0
+
+    @property
+    def parked(self) -> int:
+        """Writers parked in the round hand-off (waiting for a round or to lead one)."""
+        return len(self._parked)
+
+    # ------------------------------------------------------------------ sync
 
     def sync(self, seq: int | None = None) -> None:
         """Make every append up to ``seq`` (default: all so far) durable."""
         target = self.written if seq is None else seq
         if self.synced >= target or not _io.SAFETY.fsync_before_ack:
             return
-        with self._handoff:  # followers covered by the fsync in flight never queue behind
-            while self.synced < target:  # the next one: they wake when it ends and return
-                if not self._syncing:
-                    self._syncing = True
-                    break
-                self._handoff.wait()
-            else:
-                return
+        mutex = self._mutex
+        mutex.acquire()
+        while self._syncing and self.synced < target:  # covered by the fsync in flight, or
+            entry = (target, _parked())  # the first not covered: woken when it ends
+            self._sync_parked.append(entry)
+            mutex.release()
+            try:
+                entry[1].acquire()
+            except BaseException:
+                self._sync_left(entry)
+                raise
+            mutex.acquire()
+        if self.synced >= target:
+            mutex.release()
+            return
+        self._syncing = True
+        mutex.release()
         try:
             with self.sync_lock:
                 if self.synced < target:
@@ -91,86 +142,194 @@ class GroupCommit:
                     self._flush()
                     self.synced = max(self.synced, upto)
         finally:
-            with self._handoff:
+            self._sync_wake(ended=True)
+
+    def _sync_wake(self, *, ended: bool) -> None:
+        """Wake the parked ``sync`` callers the last fsync covered, and the first it did not
+        (the next to fsync) when no fsync is running (``ended``: the caller's just did)."""
+        woken = []
+        with self._mutex:
+            if ended:
                 self._syncing = False
-                self._handoff.notify_all()
+            parked, self._sync_parked = self._sync_parked, []
+            lead = self._syncing
+            for entry in parked:
+                if entry[0] <= self.synced or not lead:
+                    lead = lead or entry[0] > self.synced
+                    woken.append(entry[1])
+                else:
+                    self._sync_parked.append(entry)
+        for lock in woken:
+            lock.release()
 
-    def commit_queued(self, batch: bytearray,
-                      append_all: Callable[[list[Queued]], None]) -> Any:
-        """Queue ``batch`` and return its header once it is on disk (see the module notes).
-
-        The leader takes the whole queue, ``append_all`` appends it (setting each entry's
-        ``header`` or ``error``), then fsyncs; an error of the append or the fsync is every
-        taken entry's that has none of its own. Raises this batch's error."""
-        mine = Queued(batch)
-        with self._handoff:
-            self._queue.append(mine)
-            while not mine.done:
-                if not self._leading:
-                    self._leading = True
-                    break
-                self._handoff.wait()
-            else:
-                return mine.result()
-        for _ in range(_GATHER_ROUNDS):  # writers of the last round on their way back
-            if len(self._queue) >= self._last_round:
-                break
-            time.sleep(0)
-        with self._handoff:
-            taken, self._queue = self._queue, []
-        self._last_round = len(taken)
-        try:
-            append_all(taken)
-            self.sync()
-        except BaseException as exc:
-            for entry in taken:
-                entry.error = entry.error or exc
-            raise
-        finally:
-            with self._handoff:
-                for entry in taken:
-                    entry.done = True
-                self._leading = False
-                self._handoff.notify_all()
-        return mine.result()
+    def _sync_left(self, entry: tuple[int, Any]) -> None:
+        """A parked ``sync`` caller was interrupted: if it was woken to fsync next, wake the
+        next one instead."""
+        with self._mutex:
+            woken = entry not in self._sync_parked
+            if not woken:
+                self._sync_parked.remove(entry)
+        if woken:
+            self._sync_wake(ended=False)
 
     def sealed(self) -> None:
         """The active segment was fsynced whole (caller holds ``sync_lock``)."""
         self.synced = self.written
 
-    def sync_through(
-        self,
-        offset: int,
-        write: Callable[[], tuple[int, int]],
-        gather: Callable[[], None] | None = None,
-    ) -> bool:
-        """Return once ``offset`` is on disk (see the module notes).
+    # ------------------------------------------------------------------ rounds
 
-        The leader calls ``gather`` (a moment for records on their way into the reserved batch),
-        then ``write``, which writes what is reserved and returns ``(end offset, written
-        count)``, then fsyncs. Returns False if ``offset`` was never written (its batch failed;
-        the writer has the error)."""
-        with self._handoff:
-            while self.durable_end <= offset:
-                if not self._leading:
-                    self._leading = True
-                    break
-                self._handoff.wait()
-            else:
-                return True
-        covered = False
-        end = 0
+    def commit_queued(self, batch: bytearray) -> Any:
+        """Return ``batch``'s header once it is appended and on disk (see the module notes);
+        raise its error (of its append, or of the round's write or fsync)."""
+        mine = Queued(batch)
+        if not self._join(mine):
+            self._lead(mine)
+        return mine.result()
+
+    def sync_through(self, offset: int) -> bool:
+        """Return once ``offset`` (in the reserved batch, or already appended) is on disk.
+        False if ``offset`` was never written (its batch failed; the writer has the error)."""
+        if self.durable_end > offset:
+            return True
+        mine = Queued(None, offset)
+        if self._join(mine):
+            return True
+        self._lead(mine)
+        return self.durable_end > offset
+
+    def _join(self, mine: Queued) -> bool:
+        """Lead (False) or park until a round covered ``mine`` (True) or it is to lead."""
+        mutex = self._mutex
+        with mutex:
+            if not self._leading:
+                self._leading = True
+                return False
+            mine.wake = lock = _parked()
+            self._parked.append(mine)
+            gatherer = self._gatherer
+            if gatherer is not None and len(self._parked) + 1 >= self._expected:
+                self._gatherer = None
+                gatherer.release()
         try:
-            if gather is not None:
-                gather()
-            end, seq = write()
-            if end > offset:
-                self.sync(seq)
-                covered = True
+            lock.acquire()
+        except BaseException:
+            self._left(mine)
+            raise
+        if mine.lead:
+            return False
+        if self._chain:  # the next covered writer's turn
+            with mutex:
+                nxt = self._next_in_chain()
+            if nxt is not None:
+                nxt.release()
+        return True
+
+    def _next_in_chain(self) -> Any:
+        """The lock of the next covered writer to wake, if any (caller holds ``_mutex``)."""
+        chain = self._chain
+        while chain:
+            entry = chain.pop(0)
+            if not entry.gone:
+                return entry.wake
+        return None
+
+    def _next_leader(self) -> Any:
+        """Hand the lead to the first parked writer (its lock to release), or give it up
+        (caller holds ``_mutex``)."""
+        if self._parked:
+            nxt = self._parked.pop(0)
+            nxt.lead = True
+            return nxt.wake
+        self._leading = False
+        return None
+
+    def _left(self, mine: Queued) -> None:
+        """A parked writer's caller was interrupted: it leaves the queue if no round took it
+        yet, and passes on a turn it was given (to lead, or to wake the next covered)."""
+        with self._mutex:
+            mine.gone = True
+            if mine in self._parked:
+                self._parked.remove(mine)
+            if mine in self._chain:
+                self._chain.remove(mine)
+                nxt = None
+            elif mine.lead:
+                nxt = self._next_leader()
+            else:
+                nxt = self._next_in_chain() if mine.done else None
+        if nxt is not None:
+            nxt.release()
+
+    def _gather(self) -> None:
+        """A new leader's wait for the writers of the last round (see the module notes)."""
+        mutex = self._mutex
+        with mutex:
+            if len(self._parked) + 1 >= self._expected:
+                return
+            self._gatherer = lock = _parked()
+        if lock.acquire(timeout=GATHER_WAIT):
+            return
+        with mutex:
+            if self._gatherer is lock:  # timed out: expect no more than came
+                self._gatherer = None
+                self._expected = len(self._parked) + 1
+
+    def _lead(self, mine: Queued) -> None:
+        """One round: write every queued batch (and the reservation), fsync, wake the covered
+        and hand the lead on. An error of the write or the fsync is each taken batch's that
+        has none of its own; writers of the reservation it did not cover lead again."""
+        mine.lead = False
+        if self._expected > 1:
+            self._gather()
+        with self._mutex:
+            parked, self._parked = self._parked, []
+        queued = [mine] if mine.batch is not None else []
+        if parked:
+            queued += [entry for entry in parked if entry.batch is not None]
+        end = -1
+        try:
+            end, seq = self._write_round(queued)
+            self._sync_round(seq)
+        except BaseException as exc:
+            for entry in queued:
+                entry.error = entry.error or exc
+            end = -1
+            if mine.batch is None:
+                raise
         finally:
-            with self._handoff:
-                if covered:
-                    self.durable_end = max(self.durable_end, end)
-                self._leading = False
-                self._handoff.notify_all()
-        return covered
+            self._finish(mine, parked, end)
+
+    def _sync_round(self, seq: int) -> None:
+        """A round's fsync: :meth:`sync` without its hand-off (rounds come one at a time; a
+        ``sync`` caller meanwhile waits on ``sync_lock``, then finds itself covered)."""
+        if self.synced >= seq or not _io.SAFETY.fsync_before_ack:
+            return
+        with self.sync_lock:
+            if self.synced < seq:
+                upto = self.written
+                self._flush()
+                self.synced = max(self.synced, upto)
+        if self._sync_parked:
+            self._sync_wake(ended=False)
+
+    def _finish(self, mine: Queued, parked: list[Queued], end: int) -> None:
+        """Wake the next leader and start the chain of the covered writers."""
+        if end > self.durable_end:
+            self.durable_end = end
+        mine.done = True
+        with self._mutex:
+            self._expected = len(parked) + 1
+            uncovered = []
+            for entry in parked:  # the reservation's writers it did not cover stay parked
+                if entry.batch is None and entry.offset >= end:
+                    uncovered.append(entry)
+                else:
+                    entry.done = True
+                    self._chain.append(entry)
+            self._parked[:0] = uncovered
+            leader = self._next_leader()
+            first = self._next_in_chain() if self._chain else None
+        if leader is not None:
+            leader.release()
+        if first is not None:
+            first.release()

@@ -123,7 +123,7 @@ class Partition:
         self.stable = StableOffset()
         """The last stable offset, read incrementally (under ``lock``)."""
         self.lock = threading.RLock()
-        self._commit = GroupCommit(self._flush_active)
+        self._commit = GroupCommit(self._flush_active, self._write_round)
         self.poisoned: BaseException | None = None
         self.refusal: Callable[[], EmbedlogError] | None = None  # refused: quarantine, fork
         self.damage: CorruptionError | None = None
@@ -256,16 +256,24 @@ class Partition:
         if not (self.fsync_appends and _io.SAFETY.fsync_before_ack):
             return self.append_encoded(batch)
         self._check_batch_size(batch)
-        header: fmt.BatchHeader = self._commit.commit_queued(batch, self._append_all)
+        header: fmt.BatchHeader = self._commit.commit_queued(batch)
         return header
 
-    def _append_all(self, entries: list[Queued]) -> None:
+    def _write_round(self, entries: list[Queued]) -> tuple[int, int]:
+        """A group-commit round's write: the reservation, then each queued batch (its header
+        or error); returns the end offset and the append count."""
         with self.lock:
+            self.check_writable()
+            if self._reserved is not None:
+                self.settle()
             for entry in entries:
+                if entry.batch is None:  # (a reservation's writer: nothing of its own)
+                    continue
                 try:
                     entry.header = self._append_locked(entry.batch)[0]
                 except (EmbedlogError, ValueError) as exc:
                     entry.error = exc
+            return self.end_offset, self._commit.written
 
     def _append_locked(self, batch: bytearray) -> tuple[fmt.BatchHeader, int]:
         """Assign offsets and append (caller holds ``lock``): the stored header and the append's
@@ -308,20 +316,13 @@ class Partition:
         self.appended.notify_all()
         return self._commit.written
 
-    def sync_through(self, offset: int, gather: Callable[[], None] | None = None) -> bool:
+    def sync_through(self, offset: int) -> bool:
         """Group commit for writers that leave records in a reserved batch (the producer in
         ``fsync`` mode): return once ``offset`` is on disk (:meth:`GroupCommit.sync_through
         <embedlog.group_commit.GroupCommit.sync_through>`). Writers must not append themselves
         while an fsync runs: an append to the page under write-back waits for that I/O, which
         would serialise them. Returns False if ``offset`` was never written."""
-        return self._commit.sync_through(offset, self._write_reserved, gather)
-
-    def _write_reserved(self) -> tuple[int, int]:
-        with self.lock:
-            self.check_writable()
-            if self._reserved is not None:
-                self.settle()
-            return self.end_offset, self._commit.written
+        return self._commit.sync_through(offset)
 
     def sync(self, seq: int | None = None) -> None:
         """Make every append up to ``seq`` (default: all so far) durable; one fsync serves every

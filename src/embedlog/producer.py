@@ -17,9 +17,10 @@ records. Offsets handed out can therefore never be given to anyone else, and no 
 between two ``send()`` calls.
 
 **The lane.** A plain record (an explicit partition whose batch is open, bytes key and value,
-no headers, no serializers, ``durability="none"``) is one call into the batch's lane
-(:mod:`embedlog.producer_lane`; compiled unless ``EMBEDLOG_PURE=1``): it checks the record,
-appends it to the batch's lists and returns its metadata, or declines without appending. The
+no headers, no serializers) is one call into the batch's lane (:mod:`embedlog.producer_lane`;
+compiled unless ``EMBEDLOG_PURE=1``): it checks the record, appends it to the batch's lists
+and returns its metadata, or declines without appending (with ``durability="fsync"`` the
+sender then waits for the group commit, as on the Python path). The
 first record of a batch, the one that fills it, and every other record take the Python path,
 which makes every check and raises every error; both store the same records and bytes.
 
@@ -63,8 +64,6 @@ A producer is thread-safe and several may share a ``Log``.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -99,7 +98,6 @@ count), so that the estimated size of a batch never falls short of the encoded o
 _new = tuple.__new__
 _INT64_LIMIT: Final = _validate.INT64_LIMIT
 
-_GATHER_ROUNDS = 50  # GIL hand-offs a group-commit leader grants senders still on their way
 
 
 def _as_bytes(data: object, what: str, serializer: object) -> bytes:
@@ -167,14 +165,12 @@ class Producer:
         self.batch_size = batch_size
         self.max_batch_records = max_batch_records
         self._fsync = durability == "fsync"
-        self._committing = 0  # senders waiting for their record's fsync
-        self._committing_lock = threading.Lock()
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = partitioner
         self._plain = key_serializer is None and value_serializer is None
         self._fast = self._plain  # _plain and not _trouble: send's fast path applies
-        self._lane = self._fast and not self._fsync  # send may try the batch's lane first
+        self._lane = self._fast  # send may try the batch's lane first
         self._clock = log.clock
         self._topics: dict[str, TopicChooser] = {}
         self._slots: dict[tuple[str, int], LaneBatch] = {}
@@ -208,8 +204,8 @@ class Producer:
         it is on disk when this returns. ``timestamp`` is epoch ms (default: now).
         """
         # The common case (an explicit partition with an open batch, bytes key and value, no
-        # headers, no serializers, no fsync) is one call into the batch's lane: this loop body
-        # is the producer's throughput. The lane declines anything else, appending nothing.
+        # headers, no serializers) is one call into the batch's lane: this loop body is the
+        # producer's throughput. The lane declines anything else, appending nothing.
         now = None
         if self._lane and headers is None and partition.__class__ is int:
             try:
@@ -221,6 +217,8 @@ class Producer:
                     now = self._clock()
                 meta = slot.lane.add(topic, value, key, now if timestamp is None else timestamp)
                 if meta is not None:
+                    if self._fsync:  # (a record the lane takes never fills its batch)
+                        self._commit(slot, meta.offset, False)
                     return meta
         return self._send(topic, value, key, headers, partition, timestamp, now)
 
@@ -379,27 +377,13 @@ class Producer:
         write and one fsync with every sender whose record joined the batch meanwhile."""
         if full:
             slot.settle()
-        with self._committing_lock:
-            self._committing += 1
-        try:
-            covered = slot.sync_through(offset, lambda: self._gather(slot))
-        finally:
-            with self._committing_lock:
-                self._committing -= 1
+        covered = slot.sync_through(offset)
         if not covered:
             self._check()
             raise UsageError(f"{slot.topic}-{slot.index}: the record at offset {offset} was "
                              "not written")
         if self._trouble:
             self._check()
-
-    def _gather(self, slot: OpenBatch) -> None:
-        """The group-commit leader's pause: yield the GIL (a few microseconds each time) while
-        other senders are still on their way to put their record in this batch."""
-        for _ in range(_GATHER_ROUNDS):
-            if len(slot.values) >= self._committing or not slot.open:
-                return
-            time.sleep(0)
 
     def _write_now(self, slot: OpenBatch) -> None:
         slot.settle()
@@ -452,7 +436,7 @@ class Producer:
     def _set_trouble(self, trouble: bool) -> None:
         self._trouble = trouble
         self._fast = self._plain and not trouble
-        self._lane = self._fast and not self._fsync
+        self._lane = self._fast
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition numbers of ``topic``."""
