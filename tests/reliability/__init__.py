@@ -4,6 +4,6 @@ input and security, concurrency, and one regression test per core bug the suite 
 
 Long parts are marked ``slow`` (``EMBEDLOG_QUICK=1`` skips them locally; CI runs everything).
 Knobs: ``EMBEDLOG_WORKERS`` (worker processes, default min(2, CPUs)), ``EMBEDLOG_FUZZ_SECONDS``
-(per target, default 25), ``EMBEDLOG_KILLS`` (default 200), ``EMBEDLOG_CORRUPTION_TRIALS``
-(default 5000), ``EMBEDLOG_TAIL_SECONDS`` (default 20).
+(per target, default 20), ``EMBEDLOG_KILLS`` (default 200), ``EMBEDLOG_CORRUPTION_TRIALS``
+(default 5000), ``EMBEDLOG_TAIL_SECONDS`` (default 12).
 """

@@ -1,7 +1,7 @@
 """Concurrency (issue 7, item 8; reliability.md section 3.8 and G14).
 
 * A reader *process* tails the log (read-only open) while the writer appends, rolls, compacts
-  and applies retention for ``EMBEDLOG_TAIL_SECONDS`` (default 20): it must see only complete,
+  and applies retention for ``EMBEDLOG_TAIL_SECONDS`` (default 12): it must see only complete,
   intact batches in offset order, never die of SIGBUS, and never fail on a partial tail.
 * Many threads append to and read one ``Log`` at once: every acknowledged record lands exactly
   once, each thread's records in its own order, and readers only ever see valid records.
@@ -24,7 +24,7 @@ import embedlog
 from .kill9_zygote import value_for
 from .workloads import scratch_dir
 
-TAIL_SECONDS = float(os.environ.get("EMBEDLOG_TAIL_SECONDS", "20"))
+TAIL_SECONDS = float(os.environ.get("EMBEDLOG_TAIL_SECONDS", "12"))
 
 READER = textwrap.dedent(
     """
