@@ -7,6 +7,7 @@ import array
 import contextlib
 import decimal
 import json
+import math
 import os
 import pathlib
 from collections.abc import Callable, Iterator
@@ -360,6 +361,18 @@ junk = st.one_of(
 _Call = Callable[[embedlog.Log, Any, Any], Any]
 
 
+def _brief(timeout: Any) -> Any:
+    """``timeout`` for ``poll``: a valid wait longer than 10 ms is cut to 10 ms (the argument's
+    check is under test, not the wait: junk holds numbers of seconds up to 1e308); anything
+    else is passed as it is."""
+    try:
+        valid = (not isinstance(timeout, bool) and isinstance(timeout, int | float)
+                 and 0.01 < float(timeout) < math.inf)
+    except OverflowError:  # an int beyond a float's range: refused by poll
+        return timeout
+    return 0.01 if valid else timeout
+
+
 def _pair(a: Any, b: Any) -> dict[Any, Any]:
     """``{a: b}`` (``{TP: b}`` when ``a`` cannot be a key: the test's problem, not the API's)."""
     try:
@@ -414,7 +427,7 @@ def _calls() -> dict[str, _Call]:
         "commit": consumer(lambda c, a, b: c.commit(_pair(a, b))),
         "commit_tp": consumer(lambda c, a, b: c.commit({TP: a})),
         "commit_mapping": consumer(lambda c, a, b: c.commit(a)),
-        "poll": consumer(lambda c, a, b: c.poll(0 if b is None else b, max_records=a)),
+        "poll": consumer(lambda c, a, b: c.poll(0 if b is None else _brief(b), max_records=a)),
         "offsets": consumer(lambda c, a, b: (c.beginning_offsets([a]), c.end_offsets([b]))),
         "offsets_for_times_c": consumer(lambda c, a, b: c.offsets_for_times(_pair(a, b))),
         "committed": consumer(lambda c, a, b: c.committed(a)),
