@@ -50,6 +50,7 @@ from .naming import (
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     parse_segment_file,
+    segment_bases,
     segment_path,
 )
 from .segment.rules import bounds_of, end_offset_of, stray_empty_tail
@@ -70,7 +71,6 @@ __all__ = [
     "recover_or_quarantine",
     "rename_kind",
     "roll_forward",
-    "segment_bases",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,13 +89,6 @@ def check_folder(directory: str) -> list[str]:
     if os.path.islink(directory):
         raise StorageError(errno.ELOOP, "partition folder is a symbolic link", directory)
     return os.listdir(directory)
-
-
-def segment_bases(names: Iterable[str]) -> list[int]:
-    """Sorted base offsets of the plain ``.log`` files among ``names``."""
-    return sorted(
-        p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and not p[2]
-    )
 
 
 def place(segments: list[Segment], settings: SegmentSettings, *, active_tail: bool = True

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Final
 
 from .errors import InvalidTopicError
@@ -98,6 +99,7 @@ __all__ = [
     "parse_partition_dir",
     "parse_segment_file",
     "partition_dir_name",
+    "segment_bases",
     "segment_path",
     "segment_paths",
     "validate_topic",
@@ -225,3 +227,10 @@ def parse_segment_file(name: str) -> tuple[int, str, str] | None:
     if m is None:
         return None
     return int(m.group(1)), m.group(2), m.group(3)
+
+
+def segment_bases(names: Iterable[str]) -> list[int]:
+    """Sorted base offsets of the plain ``.log`` files among ``names`` (a folder listing)."""
+    return sorted(
+        p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX and not p[2]
+    )

@@ -99,7 +99,6 @@ _new = tuple.__new__
 _INT64_LIMIT: Final = _validate.INT64_LIMIT
 
 
-
 def _as_bytes(data: object, what: str, serializer: object) -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)

@@ -39,14 +39,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from . import _io, _paths, checkpoint, loader, producer_state_store
+from . import _io, _paths, checkpoint, producer_state_store
 from .config import TopicConfig
 from .errors import CorruptionError
 from .index._fileops import data_extents
 from .inspect import SegmentWalk, rebuild_indexes
 from .manifest import read_manifest, write_manifest
 from .metadata import CLEAN_SHUTDOWN, LOG_START, RECOVERY_POINT, read_metadata
-from .naming import LOG_SUFFIX, LOST_FOUND_DIR, damaged_path, parse_partition_dir, segment_path
+from .naming import (
+    LOG_SUFFIX,
+    LOST_FOUND_DIR,
+    damaged_path,
+    parse_partition_dir,
+    segment_bases,
+    segment_path,
+)
 from .records import TopicPartition
 
 __all__ = ["COPY_CHUNK", "Loss", "salvage"]
@@ -123,7 +130,7 @@ def _partition(root: str, name: str, config: TopicConfig, losses: list[Loss], ap
     """Salvage one partition folder; returns its end offset (as far as the walk can tell) and
     the base of its active segment."""
     directory = os.path.join(root, name)
-    bases = loader.segment_bases(os.listdir(directory))
+    bases = segment_bases(os.listdir(directory))
     try:
         sealed = read_manifest(directory)
     except CorruptionError:

@@ -18,7 +18,7 @@ A point read of a remembered batch (:meth:`PointReads.remembered_records`) takes
 When the file's identity is not the one remembered last (a live segment appended to, a file
 changed in place), or the file is filled on demand (:mod:`.ondemand`, whose filler must run
 between the identity and the read), the read takes the identity first and looks the batch up
-under it (:func:`.point_memo.find`), as :meth:`PointReads.remembered_span` does: an entry is
+under it (:func:`.point_memo.find`) through :meth:`PointReads.remembered_span`: an entry is
 only ever used for the file identity it was made under, whichever way the read goes.
 """
 
@@ -107,41 +107,41 @@ class PointReads(SegmentFiles):
         """The records of :meth:`remembered_span`'s run as ``Record`` tuples of
         ``topic``/``partition``; None also when the run holds fewer than ``wanted`` records
         unless ``whole`` (the read stops there), or when the batch reaches ``ceiling`` (the
-        next segment's base: damage the scan reports). The compiled core answers from the
-        batch remembered last for this segment object in one call when the file still has its
-        identity (see the module notes)."""
+        next segment's base: damage the scan reports). First from the batch of the file
+        identity remembered or found last (:func:`.point_memo.find_latest`), in one compiled
+        call when the file still has that identity; any other read goes through
+        :meth:`remembered_span` (see the module notes)."""
         owner = self._point_owner
         if self.writable or not point_memo.holds(owner):
             return None
-        CACHE.pin(self)  # as remembered_span
-        opened = self._rfd is None
-        try:
-            fd = self._rfd
-            if fd is None and (fd := self._read_fd()) is None:
-                return None
-            run = None if self._filler is not None else point_memo.find_latest(
-                owner, offset, stop, wanted)
-            if run is not None:
-                entry, start, length, n = run
-                if (n >= wanted or whole) and (ceiling is None or entry.last < ceiling):
-                    core = _native.CORE
-                    got = point_run(fd, entry.key[1], start, length) if core is None else (
-                        core.point_run(fd, entry.key[1], start, length, n, entry.fields, Record,
-                                       topic, partition))
-                    if isinstance(got, list):  # the file has the identity the entry was made under
-                        return got
-                    if got is not None:  # the bytes: decoded (damage reported) by run_records
-                        return run_records(got, n, entry.header, entry.position, topic,
-                                           partition)
-            run = point_memo.find((owner, identity(fd)), offset, stop, wanted)
-            if run is None:
-                return None
+        run = None if self._filler is not None else point_memo.find_latest(
+            owner, offset, stop, wanted)
+        if run is not None and _takes(run[3], run[0].last, wanted, ceiling, whole):
             entry, start, length, n = run
-            if (n < wanted and not whole) or (ceiling is not None and entry.last >= ceiling):
-                return None
-            data = self.pread_pinned(start, length)
-        finally:
-            CACHE.unpin(self, self._descriptors() if opened else None)
-        if len(data) != length:
+            CACHE.pin(self)  # as @pinned does (inlined: a point read's every microsecond counts)
+            opened = self._rfd is None
+            try:
+                fd = self._rfd
+                if fd is None and (fd := self._read_fd()) is None:
+                    return None
+                core = _native.CORE
+                got = point_run(fd, entry.key[1], start, length) if core is None else (
+                    core.point_run(fd, entry.key[1], start, length, n, entry.fields, Record,
+                                   topic, partition))
+            finally:
+                CACHE.unpin(self, self._descriptors() if opened else None)
+            if isinstance(got, list):  # the file has the identity the entry was made under
+                return got
+            if got is not None:  # the bytes: decoded (damage reported) by run_records
+                return run_records(got, n, entry.header, entry.position, topic, partition)
+        span = self.remembered_span(offset, stop, wanted)
+        if span is None or not _takes(span[2], span[0].last_offset, wanted, ceiling, whole):
             return None
-        return run_records(data, n, entry.header, entry.position, topic, partition)
+        header, data, n, position = span
+        return run_records(data, n, header, position, topic, partition)
+
+
+def _takes(n: int, last: int, wanted: int, ceiling: int | None, whole: bool) -> bool:
+    """Whether a run of ``n`` records of a batch ending at offset ``last`` answers a read of
+    ``wanted`` (fewer only when the read stops there: ``whole``) below ``ceiling``."""
+    return (n >= wanted or whole) and (ceiling is None or last < ceiling)

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptBatchError
-from ..naming import LOG_SUFFIX, parse_segment_file
+from ..naming import segment_bases
 from . import format as fmt
 from .crc_memo import Checked, Identity, Memo, identity
 from .files import SegmentFiles, pinned
@@ -173,8 +173,7 @@ class SegmentScan(SegmentFiles):
             names = os.listdir(self.directory)
         except OSError:
             return []
-        return [p[0] for n in names if (p := parse_segment_file(n)) and p[1] == LOG_SUFFIX
-                and not p[2] and p[0] > self.base_offset]
+        return [b for b in segment_bases(names) if b > self.base_offset]
 
     def _walk(self, position: int, end: int | None, verify: bool, partial_tail: bool | None,
               floor: int | None) -> Iterator[tuple[bytes, int, fmt.BatchHeader]]:
