@@ -82,6 +82,50 @@ def test_flipped_base_offset_is_an_error_not_wrong_offsets(which: int) -> None:
             read_all(path, read_only=read_only)
 
 
+def read_from(path: pathlib.Path, offset: int, **kw: object) -> list[embedlog.Record]:
+    with embedlog.open(path, **kw) as log:  # type: ignore[arg-type]
+        return list(log.read("t", 0, offset))
+
+
+@pytest.mark.parametrize("moved", [3, 2**63])
+def test_first_base_offset_moved_below_the_segment_base_is_an_error_not_a_skip(
+        moved: int) -> None:
+    """A sealed segment's first batch (3 records) moved below the segment's base offset (by
+    its record count, or its sign bit flipped): a read looking for the segment's first offset
+    walked past it (its last offset is below the one wanted) and went on with the next batch,
+    losing its records without a word."""
+    path, _ = build(batch=3)
+    target = segs(path)[1]
+    base = int(target.name.split(".")[0])
+    data = bytearray(target.read_bytes())
+    data[0:8] = (base - moved).to_bytes(8, "big", signed=True)
+    target.write_bytes(bytes(data))
+    for read_only in (False, True):
+        with pytest.raises(embedlog.CorruptionError):
+            read_from(path, base, read_only=read_only)
+        with pytest.raises(embedlog.CorruptionError):
+            read_all(path, read_only=read_only)
+
+
+def test_base_offset_moved_back_into_the_previous_batch_is_an_error_not_wrong_records() -> None:
+    """The second batch of a sealed segment (offsets 3..5) moved back to 1..3: a read from
+    offset 3 found it by its last offset and, starting there, could not see that it goes back
+    into the batch before it, so it returned offset 5's record as offset 3 (and skipped 4, 5)."""
+    path, _ = build(batch=3)
+    first = segs(path)[0]
+    data = bytearray(first.read_bytes())
+    second = first_batch_size(bytes(data))
+    assert int.from_bytes(data[second : second + 8], "big") == 3
+    data[second + 7] ^= 0x02  # base offset 3 -> 1 (outside the CRC)
+    first.write_bytes(bytes(data))
+    for read_only in (False, True):
+        with pytest.raises(embedlog.CorruptionError):
+            read_from(path, 3, read_only=read_only)
+        with embedlog.open(path, read_only=read_only) as log, \
+                pytest.raises(embedlog.CorruptionError):
+            list(log.read("t", 0, 3, max_records=1))
+
+
 def test_active_segment_cut_at_a_batch_boundary_after_a_clean_close_is_an_error() -> None:
     path, _ = build()
     active = segs(path)[-1]

@@ -42,7 +42,7 @@ from .files import pinned
 from .header import max_batches
 from .point_read import PointReads
 from .recovery import RecoveryResult, SegmentRecovery
-from .rules import INT32_MAX
+from .rules import INT32_MAX, check_order
 from .scan import SegmentSettings, located
 from .txn_file import TxnIndexFile
 
@@ -207,9 +207,16 @@ class Segment(SegmentRecovery, PointReads):
 
     @pinned
     def find_batch(self, offset: int) -> tuple[int, bytes] | None:
-        """:meth:`find_position` and the batch's header bytes there (the CRC not checked)."""
+        """:meth:`find_position` and the batch's header bytes there (the CRC not checked).
+
+        The headers walked over go through the order rule of :func:`.rules.check_order` (from
+        the segment's base offset when the walk starts at byte 0): the walk that reads from the
+        position found cannot check its first batch against the ones before it, and a base
+        offset moved back (it lies outside the CRC) would otherwise hand out another batch's
+        records at the offsets asked for, or skip a batch moved below the segment's base."""
         start = self._indexed_position(offset)
         position = start
+        floor: int | None = self.base_offset if start == 0 else None
         while position + fmt.HEADER_SIZE <= self.size:
             head = self.pread(position, fmt.HEADER_SIZE)
             try:
@@ -217,11 +224,14 @@ class Segment(SegmentRecovery, PointReads):
             except CorruptBatchError as exc:
                 if position == start and start:
                     position = start = 0  # the index pointed into a batch: it is damaged
+                    floor = self.base_offset
                     continue
                 raise located(exc, self.log_path, position) from exc
             if position == start and start and header.base_offset > offset:
                 position = start = 0  # the index claims a later batch holds `offset`: damaged
+                floor = self.base_offset
                 continue
+            floor = check_order(header, floor, self.base_offset, self.log_path, position)
             if position + header.size > self.size:
                 if self.live:
                     return None  # not completely written yet
