@@ -126,6 +126,22 @@ def test_base_offset_moved_back_into_the_previous_batch_is_an_error_not_wrong_re
             list(log.read("t", 0, 3, max_records=1))
 
 
+@pytest.mark.parametrize("cut", [1, 30, 60])
+def test_sealed_segment_cut_inside_its_first_header_is_an_error_in_a_view(cut: int) -> None:
+    """A sealed segment cut to fewer bytes than a batch header: a read-only open (which has no
+    recovery and no manifest check) looked for the segment's first offset, found no header to
+    walk and went on with the next segment, so the segment's records vanished without a
+    word; the walk itself calls such bytes damage."""
+    path, _ = build(batch=3)
+    target = segs(path)[1]
+    target.write_bytes(target.read_bytes()[:cut])
+    base = int(target.name.split(".")[0])
+    with pytest.raises(embedlog.CorruptionError):
+        read_all(path, read_only=True)
+    with pytest.raises(embedlog.CorruptionError):
+        read_from(path, base, read_only=True)
+
+
 def test_active_segment_cut_at_a_batch_boundary_after_a_clean_close_is_an_error() -> None:
     path, _ = build()
     active = segs(path)[-1]

@@ -213,7 +213,8 @@ class Segment(SegmentRecovery, PointReads):
         the segment's base offset when the walk starts at byte 0): the walk that reads from the
         position found cannot check its first batch against the ones before it, and a base
         offset moved back (it lies outside the CRC) would otherwise hand out another batch's
-        records at the offsets asked for, or skip a batch moved below the segment's base."""
+        records at the offsets asked for, or skip a batch moved below the segment's base. A
+        segment that is not ``live`` ending in part of a header is damage, as in the walk."""
         start = self._indexed_position(offset)
         position = start
         floor: int | None = self.base_offset if start == 0 else None
@@ -243,6 +244,14 @@ class Segment(SegmentRecovery, PointReads):
             if header.last_offset >= offset:
                 return position, head
             position += header.size
+        if position < self.size and not self.live:
+            # As the walk says: only a segment another process appends to may end in part of
+            # a header; in any other, those bytes (a cut file) are damage, not the end.
+            raise CorruptBatchError(
+                f"{self.size - position} bytes at the end do not form a whole batch",
+                path=self.log_path,
+                position=position,
+            )
         return None
 
     def read_identity(self) -> point_memo.Key | None:
