@@ -172,7 +172,7 @@ def _parse(payload: bytes, path: str) -> tuple[str, dict[str, Any] | None]:
     try:
         raw = json.loads(payload)
         key, value = raw["id"], raw["value"]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nesting
         raise CorruptCheckpointError(f"malformed transaction state record: {exc!r}",
                                      path=path) from exc
     if not isinstance(key, str) or not (value is None or isinstance(value, dict)):
@@ -317,6 +317,6 @@ def _legacy(data: bytes, path: str) -> dict[str, dict[str, Any]]:
                 isinstance(k, str) and isinstance(v, dict) for k, v in entries.items()):
             raise TypeError("transactions: an object of objects expected")
         return entries
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise CorruptCheckpointError(f"malformed transaction state: {exc!r}",
                                      path=path) from exc

@@ -28,11 +28,14 @@ def to_json(data: bytes | None) -> Any:
 
 def from_json(field: Any, what: str) -> bytes | None:
     """The bytes ``field`` stands for; :class:`~embedlog.errors.UsageError` naming ``what``
-    for invalid base64."""
+    for invalid base64 or a string with a lone surrogate."""
     if field is None:
         return None
     if isinstance(field, str):
-        return field.encode()
+        try:
+            return field.encode()
+        except UnicodeEncodeError:  # JSON's "\ud800": a lone surrogate has no UTF-8
+            raise UsageError(f"{what} is not valid Unicode (a lone surrogate)") from None
     if isinstance(field, dict) and set(field) == {"base64"}:
         try:
             return base64.b64decode(field["base64"], validate=True)

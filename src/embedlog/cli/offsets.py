@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -17,6 +17,8 @@ from .output import echo_json
 __all__ = ["delete_records", "get_offsets", "offsets_at"]
 
 EARLIEST, LATEST = -2, -1
+_MAX_JSON_FILE: Final = 16 << 20
+"""The largest ``--offset-json-file`` read (some hundred thousand partitions)."""
 
 
 def _time_spec(text: str) -> int:
@@ -81,20 +83,30 @@ def _targets(log: Log, topic: str | None, partition: int | None, offset: int | N
     if json_file is not None:
         if topic is not None or offset is not None or partition is not None:
             raise click.UsageError("--offset-json-file replaces --topic, --partition, --offset")
-        with open(json_file, encoding="utf-8") as f:
-            try:
-                doc = json.load(f)
-                return [(str(e["topic"]), int(e["partition"]), int(e["offset"]))
-                        for e in doc["partitions"]]
-            except (ValueError, KeyError, TypeError):
-                raise UsageError(
-                    f"{json_file}: expected {{\"partitions\": [{{\"topic\": ..., "
-                    "\"partition\": ..., \"offset\": ...}], \"version\": 1}"
-                ) from None
+        return _json_targets(json_file)
     if topic is None or offset is None:
         raise click.UsageError("give --topic and --offset, or --offset-json-file")
     parts = select_partitions(log, topic, [] if partition is None else [partition])
     return [(topic, p, offset) for p in parts]
+
+
+def _json_targets(json_file: str) -> list[tuple[str, int, int]]:
+    """The targets of Kafka's offset JSON file: read no more than :data:`_MAX_JSON_FILE`
+    bytes (it may be a pipe or a device), anything but the format a :class:`UsageError`."""
+    with open(json_file, "rb") as f:
+        raw = f.read(_MAX_JSON_FILE + 1)
+    if len(raw) > _MAX_JSON_FILE:
+        raise UsageError(f"{json_file}: larger than {_MAX_JSON_FILE} bytes")
+    try:
+        doc = json.loads(raw)
+        return [(str(e["topic"]), int(e["partition"]), int(e["offset"]))
+                for e in doc["partitions"]]
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        # OverflowError: int(Infinity); RecursionError: a deeply nested document
+        raise UsageError(
+            f"{json_file}: expected {{\"partitions\": [{{\"topic\": ..., "
+            "\"partition\": ..., \"offset\": ...}], \"version\": 1}"
+        ) from None
 
 
 @click.command("delete-records")

@@ -84,7 +84,7 @@ def _parse_text(line: bytes, number: int, key_sep: bytes | None, headers: bool) 
 def _parse_json(line: bytes, number: int) -> _Line:
     try:
         doc = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: a deeply nested line
         raise InputError(f"line {number}: invalid JSON ({exc})") from None
     if not isinstance(doc, dict) or "value" not in doc:
         raise InputError(f"line {number}: expected a JSON object with a \"value\" field")

@@ -306,7 +306,7 @@ def _path(opts: Mapping[str, str]) -> str:
     if path is None and "paths" in opts:
         try:
             paths = json.loads(opts["paths"])
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: deeply nested
             raise InvalidConfigError(f"paths: not a JSON list: {opts['paths']!r}") from exc
         if not isinstance(paths, list) or len(paths) != 1 or not isinstance(paths[0], str):
             raise InvalidConfigError(

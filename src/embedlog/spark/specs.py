@@ -152,7 +152,7 @@ def _partition_numbers(key: str, topic: str | None, parts: dict[str, object]) ->
 def json_object(key: str, raw: str, example: str) -> dict[str, object]:
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a deeply nested document
         raise InvalidConfigError(f"{key}: not valid JSON: {raw!r} (example: {example})") from None
     if not isinstance(data, dict):
         raise InvalidConfigError(f"{key}: expected a JSON object such as {example}, got {raw!r}")

@@ -46,7 +46,7 @@ def read_uri(root: str) -> str | None:
         return None
     try:
         doc = json.loads(raw) if len(raw) <= _MAX_ROOT_FILE else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a deeply nested document
         doc = None
     uri = doc.get("remote_uri") if isinstance(doc, dict) and doc.get("version") == 1 else None
     if not isinstance(uri, str) or "://" not in uri:
