@@ -21,7 +21,7 @@ import embedlog
 from embedlog import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from embedlog.arrow import DEFAULT_COLUMNS, columns, kafka_arrow_schema, read_arrow
 from embedlog.arrow.schema import project
-from embedlog.errors import InvalidConfigError
+from embedlog.errors import InvalidArgumentError, InvalidConfigError
 from embedlog.segment import _native
 from embedlog.segment import format as fmt
 
@@ -92,6 +92,15 @@ def test_projection_builds_only_what_is_asked(log: embedlog.Log) -> None:
     for bad in (["offset", "nope"], ["offset", "offset"], []):
         with pytest.raises(UsageError):
             log.read_arrow("t", columns=bad)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, None.__class__, b"value", [["offset"]], ["offset", 5],
+                                 [{"offset": 1}]], ids=repr)
+def test_columns_of_another_type_are_an_argument_error(log: embedlog.Log, bad: Any) -> None:
+    fill(log, partitions=1, n=5)
+    with pytest.raises(InvalidArgumentError, match="columns"):
+        log.read_table("t", columns=bad)
+    assert log.read_table("t", columns="offset").column_names == ["offset"]
 
 
 def test_offset_ranges_per_partition_and_for_all(log: embedlog.Log) -> None:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ..errors import UsageError
+from .. import _validate
+from ..errors import InvalidArgumentError, UsageError
 
 __all__ = ["COLUMNS", "DEFAULT_COLUMNS", "HEADERS_TYPE", "kafka_arrow_schema", "project"]
 
@@ -49,13 +50,18 @@ def project(columns: Sequence[str] | None, include_headers: bool = False
     """The column names to build, in the order asked for, and their schema.
 
     ``columns=None`` means every column (``headers`` only with ``include_headers``); a name that
-    is not a Kafka-source column, or one named twice, raises :class:`~embedlog.UsageError`.
+    is not a Kafka-source column, or one named twice, raises :class:`~embedlog.UsageError`;
+    ``columns`` that are not a str or an iterable of them
+    :class:`~embedlog.errors.InvalidArgumentError`.
     """
     if columns is None:
         names = (*DEFAULT_COLUMNS, "headers") if include_headers else DEFAULT_COLUMNS
     else:
-        names = tuple([columns] if isinstance(columns, str) else columns)
+        names = tuple([columns] if isinstance(columns, str)
+                      else _validate.iterable(columns, "columns", "column names"))
         for name in names:
+            if not isinstance(name, str):
+                raise InvalidArgumentError(f"columns must name columns by str, not {name!r}")
             if name not in COLUMNS:
                 raise UsageError(f"unknown column {name!r}; the columns are {', '.join(COLUMNS)}")
         if len(set(names)) != len(names):
