@@ -188,3 +188,56 @@ async def test_many_members_of_one_group_in_one_loop(log: embedlog.Log) -> None:
     assert sum(len(s) for s in owned) == 6 and set().union(*owned) == set(range(6))
     for m in members:
         await m.stop()
+
+
+BAD_PARTITIONS = [-1, 1.5, None, "t", b"t", [1], ("t",), ["t"], [("t", "0")], [("t", -1)]]
+
+
+@pytest.mark.parametrize("bad", BAD_PARTITIONS, ids=repr)
+async def test_consumer_refuses_malformed_partitions_with_embedlog_errors(
+        log: embedlog.Log, bad: Any) -> None:
+    """Every call taking partitions checks them (as the sync consumer does) before doing
+    anything: an embedlog error, never a bare TypeError, and the consumer still works."""
+    log.create_topic("t", partitions=2)
+    log.append_batch("t", [b"a", b"b"], partition=0)
+    async with AsyncConsumer(log, "t") as consumer:
+        calls = [consumer.assign(bad), consumer.beginning_offsets(bad),
+                 consumer.end_offsets(bad)]
+        if isinstance(bad, list):  # the seeks take partitions one argument each
+            calls += [consumer.seek_to_beginning(*bad), consumer.seek_to_end(*bad)]
+        else:
+            calls += [consumer.seek_to_beginning(bad), consumer.seek_to_end(bad)]
+        for call in calls:
+            with pytest.raises(UsageError):
+                await call
+        got = await consumer.getmany(timeout_ms=1000)
+        assert [r.value for r in got[TopicPartition("t", 0)]] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("bad", [None, "5000", -1, float("nan"), True, [5000]], ids=repr)
+async def test_consumer_refuses_a_malformed_auto_commit_interval(log: embedlog.Log, bad: Any
+                                                                  ) -> None:
+    with pytest.raises(UsageError, match="auto_commit_interval_ms"):
+        AsyncConsumer(log, group="g", enable_auto_commit=True, auto_commit_interval_ms=bad)
+
+
+@pytest.mark.parametrize("bad", [5, None, [("t", 0)], "t"], ids=repr)
+async def test_consumer_offsets_for_times_refuses_what_is_not_a_mapping(
+        log: embedlog.Log, bad: Any) -> None:
+    log.create_topic("t")
+    async with AsyncConsumer(log, "t") as consumer:
+        with pytest.raises(UsageError, match="timestamps"):
+            await consumer.offsets_for_times(bad)
+        assert await consumer.offsets_for_times({TopicPartition("t", 0): 0}) == {
+            TopicPartition("t", 0): None}
+
+
+async def test_subscribe_takes_one_topic_name_or_an_iterable_and_refuses_others(
+        log: embedlog.Log) -> None:
+    log.create_topic("events")
+    async with AsyncConsumer(log) as consumer:
+        for bad in (5, None, [b"events"]):
+            with pytest.raises(UsageError):
+                await consumer.subscribe(bad)
+        await consumer.subscribe("events")  # a name, not its letters
+        assert consumer.assignment() == {TopicPartition("events", 0)}

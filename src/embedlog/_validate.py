@@ -51,6 +51,8 @@ __all__ = [
     "headers",
     "integer",
     "iterable",
+    "listed",
+    "mapping",
     "offset",
     "optional",
     "optional_bytes",
@@ -272,6 +274,19 @@ def iterable(value: Any, name: str, of: str = "TopicPartition") -> Iterable[Any]
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidArgumentError(f"{name} must be an iterable of {of}, not {_type_name(value)}")
     return value  # type: ignore[no-any-return]
+
+
+def listed(value: Any, name: str = "partitions", of: str = "TopicPartition") -> list[Any]:
+    """:func:`iterable`'s ``value`` as a list (a copy for another thread to read)."""
+    return list(iterable(value, name, of))
+
+
+def mapping(value: Any, name: str = "timestamps", of: str = "TopicPartition to ms"
+            ) -> dict[Any, Any]:
+    """``value`` copied to a dict if it is a ``Mapping``, else :class:`InvalidArgumentError`."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{name} must map {of}, not {_type_name(value)}")
+    return dict(value)
 
 
 def topic_names(value: object, name: str = "topics") -> list[str]:

@@ -61,6 +61,7 @@ __all__ = ["AsyncConsumer"]
 T = TypeVar("T")
 _SLICE_S: Final = 0.05
 """Longest single wait in the worker; bounds how long a cancelled getmany keeps the worker."""
+_AUTO_COMMIT: Final = "auto_commit_interval_ms"
 _WAKE_WAIT_S: Final = 0.5  # longest wait on the loop for a wake-up: then re-read anyway
 _IN_CALLBACK: contextvars.ContextVar[AsyncConsumer | None] = contextvars.ContextVar(
     "embedlog_aio_callback", default=None)
@@ -90,13 +91,12 @@ class AsyncConsumer:
         if listener is not None:
             on_assign = getattr(listener, "on_partitions_assigned", on_assign)
             on_revoke = getattr(listener, "on_partitions_revoked", on_revoke)
-        self.log = log
-        self.group = group
+        self.log, self.group = log, group
         self._topics = topics
         self._options = dict(options, group=group)
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._auto_commit = enable_auto_commit and group is not None
-        self._auto_commit_s = auto_commit_interval_ms / 1000
+        self._auto_commit_s = _validate.seconds(auto_commit_interval_ms, _AUTO_COMMIT) / 1000
         self._next_auto_commit = 0.0
         self._sync: Consumer | None = None
         self._worker: ThreadPoolExecutor | None = None
@@ -165,13 +165,13 @@ class AsyncConsumer:
             self._on_assign = getattr(listener, "on_partitions_assigned", self._on_assign)
             self._on_revoke = getattr(listener, "on_partitions_revoked", self._on_revoke)
         sync = self._started()
-        names = list(topics)
+        names = _validate.topic_names(topics)
         await self._reset_all(lambda: sync.subscribe(names))
 
     async def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly ``partitions`` (no group membership)."""
         sync = self._started()
-        tps = [TopicPartition(*tp) for tp in partitions]
+        tps = [_validate.topic_partition(tp) for tp in _validate.iterable(partitions, "partitions")]
         await self._reset_all(lambda: sync.assign(tps))
 
     async def unsubscribe(self) -> None:
@@ -326,7 +326,7 @@ class AsyncConsumer:
             self._epoch_all += 1
             self._stash.clear()
             return
-        dropped = {TopicPartition(*tp) for tp in tps}
+        dropped = {_validate.topic_partition(tp) for tp in tps}  # checked before any change
         for tp in dropped:
             self._epochs[tp] = self._epochs.get(tp, 0) + 1
         self._stash = deque(r for r in self._stash
@@ -399,14 +399,14 @@ class AsyncConsumer:
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]
                                 ) -> dict[TopicPartition, int]:
-        return await self._call(self._started().beginning_offsets, list(partitions))
+        return await self._call(self._started().beginning_offsets, _validate.listed(partitions))
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]
                           ) -> dict[TopicPartition, int]:
-        return await self._call(self._started().end_offsets, list(partitions))
+        return await self._call(self._started().end_offsets, _validate.listed(partitions))
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> Any:
-        return await self._call(self._started().offsets_for_times, dict(timestamps))
+        return await self._call(self._started().offsets_for_times, _validate.mapping(timestamps))
 
     # ------------------------------------------------------------------ plumbing
 
