@@ -24,10 +24,11 @@ from pyspark.sql.datasource import (
 from spark_util import BASE_TS, expected_rows, make_log
 
 import embedlog
+from embedlog.errors import CorruptCheckpointError
 from embedlog.spark.pushdown import Constraints, push_filters
 from embedlog.spark.schema import kafka_schema
 from embedlog.spark.source import EmbedlogDataSource, EmbedlogPushdownReader, EmbedlogReader
-from embedlog.spark.stream import rate_limit
+from embedlog.spark.stream import offsets_from_json, offsets_to_json, rate_limit
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +115,24 @@ def test_rate_limit_is_proportional_and_never_starves() -> None:
     latest = {("t", 0): 600, ("t", 1): 500, ("t", 2): 6}
     assert rate_limit(begin, latest, 500) == {("t", 0): 299, ("t", 1): 299, ("t", 2): 6}
     assert rate_limit(begin, latest, 10_000) == latest
+
+
+@pytest.mark.parametrize("doc", [
+    5, None, ["t"], {"t": 5}, {"t": [0, 1]}, {5: {"0": 1}},
+    {"t": {"x": 1}}, {"t": {"-1": 0}}, {"t": {"\u0663": 1}}, {"t": {"2147483648": 0}},
+    {"t": {"0": -5}}, {"t": {"0": 1.7}}, {"t": {"0": None}}, {"t": {"0": True}},
+    {"t": {"0": "12"}}, {"t": {"0": 1 << 63}}, {"t": {"0": "x" * 10_000}},
+], ids=lambda doc: repr(doc)[:40])
+def test_offsets_spark_kept_in_its_checkpoint_are_checked(doc: Any) -> None:
+    """Spark hands back the offsets it stored in its checkpoint folder: anything
+    offsets_to_json does not write is damage, never a ValueError or AttributeError (or a
+    negative partition or offset planned as a range)."""
+    with pytest.raises(CorruptCheckpointError, match="Spark offsets") as caught:
+        offsets_from_json(doc)
+    assert len(str(caught.value)) < 400
+
+
+def test_offsets_round_trip_through_spark_json() -> None:
+    offsets = {("a", 0): 0, ("a", 2_147_483_647): (1 << 63) - 1, ("b.c-d", 7): 42}
+    assert offsets_from_json(offsets_to_json(offsets)) == offsets
+    assert offsets_from_json({}) == {}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -48,7 +49,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..errors import OffsetOutOfRangeError, UnknownTopicError
+from ..errors import CorruptCheckpointError, OffsetOutOfRangeError, UnknownTopicError
 from .options import ReadOptions
 from .planning import (
     OffsetRange,
@@ -70,6 +71,7 @@ __all__ = [
 ]
 
 Offsets = dict[TopicPartition, int]
+_PARTITION = re.compile(r"[0-9]{1,10}\Z")
 
 
 def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
@@ -81,8 +83,22 @@ def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str
 
 
 def offsets_from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
-    """Inverse of :func:`offsets_to_json`."""
-    return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+    """Inverse of :func:`offsets_to_json`. Spark hands back what it kept in its checkpoint
+    folder, so anything :func:`offsets_to_json` does not write -- a partition other than
+    ASCII digits below ``2**31``, an offset other than an int in ``[0, 2**63)``, another
+    shape -- is a :class:`~embedlog.errors.CorruptCheckpointError`."""
+    out: Offsets = {}
+    for t, parts in doc.items() if isinstance(doc, Mapping) else [(None, None)]:
+        if not isinstance(t, str) or not isinstance(parts, Mapping):
+            raise CorruptCheckpointError(f"Spark offsets: expected {{topic: {{partition: "
+                                         f"offset}}}}, got {str(doc)[:200]}")
+        for p, o in parts.items():
+            if (not isinstance(p, str) or not _PARTITION.match(p) or int(p) >= 1 << 31
+                    or type(o) is not int or not 0 <= o < 1 << 63):
+                raise CorruptCheckpointError(f"Spark offsets: {t!r:.100}: {{{p!r:.40}: "
+                                             f"{o!r:.40}}} is not a partition and an offset")
+            out[(t, int(p))] = o
+    return out
 
 
 def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
