@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 pa = pytest.importorskip("pyarrow")
 
 from embedlog.errors import CorruptionError  # noqa: E402
-from embedlog.naming import SPARK_STAGING_DIR  # noqa: E402
+from embedlog.naming import ABORTED_SUFFIX, SPARK_STAGING_DIR  # noqa: E402
 from embedlog.spark import staging  # noqa: E402
 
 JOB = "0123456789abcdef0123456789abcdef"
@@ -63,3 +64,36 @@ def test_a_part_file_of_another_job_folder_reads(tmp_path: os.PathLike[str]) -> 
     path, _ = staging.stage(theirs, 1, iter(_rows()))
     assert staging.job_of(ours, path) == theirs
     assert staging.read_staged(ours, path).num_rows == 1
+
+
+@pytest.mark.parametrize("linked", [SPARK_STAGING_DIR, f"{SPARK_STAGING_DIR}/{JOB}"])
+def test_cleanup_never_removes_anything_through_a_link(tmp_path: os.PathLike[str],
+                                                      linked: str) -> None:
+    """The writer cleans up after a job (also after a failed one): a symbolic link where the
+    staging root or the job folder belongs is neither listed nor emptied."""
+    log, outside = os.path.join(str(tmp_path), "log"), os.path.join(str(tmp_path), "outside")
+    os.makedirs(os.path.dirname(os.path.join(log, linked)))
+    victims = [os.path.join(outside, "old-job" + ABORTED_SUFFIX), os.path.join(outside, "victim")]
+    if linked == SPARK_STAGING_DIR:  # the job folder is then a real folder behind the link
+        victims.append(os.path.join(outside, JOB, "victim"))
+    os.makedirs(os.path.dirname(victims[-1]))
+    for victim in victims:
+        with open(victim, "w") as f:
+            f.write("keep")
+    old = time.time() - 2 * staging.MARKER_TTL_S
+    os.utime(victims[0], (old, old))
+    os.symlink(outside, os.path.join(log, linked))
+    staging.cleanup(os.path.join(log, SPARK_STAGING_DIR, JOB))
+    assert all(os.path.exists(v) for v in victims)
+    assert os.path.islink(os.path.join(log, linked))
+
+
+def test_cleanup_removes_the_job_and_stale_markers(tmp_path: os.PathLike[str]) -> None:
+    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, JOB)
+    staging.stage(job, 0, iter(_rows()))
+    marker = os.path.join(os.path.dirname(job), "f" * 32 + ABORTED_SUFFIX)
+    open(marker, "w").close()
+    old = time.time() - 2 * staging.MARKER_TTL_S
+    os.utime(marker, (old, old))
+    staging.cleanup(job)
+    assert not os.path.lexists(os.path.dirname(job))

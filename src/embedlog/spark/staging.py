@@ -139,13 +139,20 @@ def remove_file(path: str) -> None:
 
 def cleanup(staging: str) -> None:
     """Remove the job folder ``staging``, abort markers of jobs long gone, and the staging
-    root when no other job is staging."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(staging):
-            _io.unlink(os.path.join(staging, name))
-    with contextlib.suppress(OSError):
-        _io.rmdir(staging)
-    parent = os.path.dirname(staging)
+    root when no other job is staging. Only real folders are listed and emptied: a symbolic
+    link (or a file) where the staging root or the job folder belongs is left alone, so
+    nothing outside the log folder is ever removed."""
+    root = os.path.dirname(os.path.dirname(staging))
+    parent = _real_folder(root, SPARK_STAGING_DIR)
+    if parent is None:
+        return
+    job = _real_folder(root, SPARK_STAGING_DIR, os.path.basename(staging))
+    if job is not None:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(job):
+                _io.unlink(os.path.join(job, name))
+        with contextlib.suppress(OSError):
+            _io.rmdir(job)
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             marker = os.path.join(parent, name)
@@ -155,3 +162,11 @@ def cleanup(staging: str) -> None:
                 _io.unlink(marker)
     with contextlib.suppress(OSError):
         _io.rmdir(parent)
+
+
+def _real_folder(root: str, *names: str) -> str | None:
+    """``root/names...`` if it is there and a real folder all the way (never a link)."""
+    try:
+        return _paths.existing_folder(root, *names)
+    except (CorruptionError, OSError):
+        return None
