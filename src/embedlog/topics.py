@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _io, checkpoint, metadata
+from . import _io, checkpoint, loader, metadata
 from .config import TopicConfig
 from .errors import CorruptCheckpointError, CorruptionError, StorageError, TopicExistsError
 from .naming import (
@@ -269,8 +269,10 @@ class TopicTable:
 
 
 def _remove_folder(directory: str) -> None:
-    """Unlink a partition folder's files and the folder (the caller fsyncs the parent)."""
-    for entry in os.listdir(directory):
+    """Unlink a partition folder's files and the folder (the caller fsyncs the parent). A
+    symbolic link in the folder's place (planted while the log was open) is refused before
+    anything is listed or removed: its target is outside the log."""
+    for entry in loader.check_folder(directory):
         _io.unlink(os.path.join(directory, entry))
     _io.rmdir(directory)
 

@@ -155,6 +155,30 @@ def test_planted_symlink_is_not_followed_out_of_the_log(planted: str) -> None:
     assert sorted(os.listdir(outside)) == ["victim"]
 
 
+def test_deleting_a_topic_never_empties_a_folder_linked_in_while_the_log_was_open() -> None:
+    """A partition folder replaced by a symbolic link after the open: delete_topic refuses it
+    (StorageError, ELOOP) instead of listing the link's target and unlinking what is there."""
+    root = scratch_dir()
+    path, outside = os.path.join(root, "log"), os.path.join(root, "outside")
+    os.mkdir(outside)
+    victim = os.path.join(outside, "victim")
+    with open(victim, "wb") as f:
+        f.write(VICTIM)
+    with embedlog.open(path) as log:
+        log.create_topic("t", partitions=2)
+        log.append("t", b"kept", partition=1)
+        folder = os.path.join(path, "t-1")
+        os.rename(folder, os.path.join(root, "moved"))
+        os.symlink(outside, folder)
+        with pytest.raises(embedlog.StorageError, match="symbolic link"):
+            log.delete_topic("t")
+    with open(victim, "rb") as f:
+        assert f.read() == VICTIM
+    assert sorted(os.listdir(outside)) == ["victim"]
+    assert os.path.islink(os.path.join(path, "t-1"))  # left as it was
+    assert sorted(os.listdir(os.path.join(root, "moved")))  # the real folder, untouched
+
+
 def test_log_root_that_is_a_symlink_is_refused() -> None:
     root = scratch_dir()
     real = os.path.join(root, "real")
