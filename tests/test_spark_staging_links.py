@@ -97,3 +97,19 @@ def test_cleanup_removes_the_job_and_stale_markers(tmp_path: os.PathLike[str]) -
     os.utime(marker, (old, old))
     staging.cleanup(job)
     assert not os.path.lexists(os.path.dirname(job))
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage", "half", "tail", "body"])
+@pytest.mark.parametrize("columns", [None, ["topic"]], ids=["all", "projected"])
+def test_a_damaged_staged_file_is_a_corruption_error(tmp_path: os.PathLike[str], damage: str,
+                                                    columns: list[str] | None) -> None:
+    job = os.path.join(str(tmp_path), SPARK_STAGING_DIR, JOB)
+    path, _ = staging.stage(job, 0, iter(_rows()))
+    with open(path, "rb") as f:
+        data = f.read()
+    bad = {"empty": b"", "garbage": b"garbage", "half": data[:len(data) // 2],
+           "tail": data[:-10], "body": data[:8] + b"\xff" * (len(data) - 16) + data[-8:]}[damage]
+    with open(path, "wb") as f:
+        f.write(bad)
+    with pytest.raises(CorruptionError, match="not a readable Arrow file"):
+        staging.read_staged(job, path, columns)

@@ -104,16 +104,21 @@ def job_of(staging: str, path: str) -> str:
 
 def read_staged(staging: str, path: str, columns: Sequence[str] | None = None) -> pa.Table:
     """A staged file's rows (only ``columns`` that it has, when given). ``path`` must name a
-    regular file in a job folder next to ``staging`` (:func:`job_of`)."""
+    regular file in a job folder next to ``staging`` (:func:`job_of`); one pyarrow cannot read
+    (damaged, truncated, not Arrow) is a :class:`~embedlog.errors.CorruptionError`."""
     job_of(staging, path)
     with os.fdopen(_io.open_regular(path), "rb") as raw, pa.PythonFile(raw, mode="r") as f:
-        reader = pa.ipc.open_file(f)
-        if columns is not None:
-            names = reader.schema.names
-            wanted = [names.index(c) for c in columns if c in names]
-            options = pa.ipc.IpcReadOptions(included_fields=wanted)
-            reader = pa.ipc.open_file(f, options=options)
-        return reader.read_all()
+        try:
+            reader = pa.ipc.open_file(f)
+            if columns is not None:
+                names = reader.schema.names
+                wanted = [names.index(c) for c in columns if c in names]
+                options = pa.ipc.IpcReadOptions(included_fields=wanted)
+                reader = pa.ipc.open_file(f, options=options)
+            return reader.read_all()
+        except pa.ArrowException as exc:
+            raise CorruptionError(f"staged file is not a readable Arrow file: {exc}",
+                                  path=path) from exc
 
 
 def is_aborted(staging: str) -> bool:
