@@ -458,3 +458,21 @@ def test_every_entry_point_raises_only_embedlog_errors(
     with embedlog.open(shared_dir) as log, contextlib.suppress(EmbedlogError):
         CALLS[name](log, a, b)
     _reopen_and_parse(shared_dir)  # nothing written that the next open rejects
+
+
+@pytest.mark.parametrize("path, error", [
+    (None, InvalidArgumentError), (5, InvalidArgumentError), (1.5, InvalidArgumentError),
+    (b"log", InvalidArgumentError), ("lo\x00g", ArgumentOutOfRangeError),
+    (pathlib.PurePosixPath("lo\x00g"), ArgumentOutOfRangeError),
+], ids=repr)
+@pytest.mark.parametrize("read_only", [False, True])
+def test_open_refuses_a_path_of_another_type_or_with_nul(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, path: Any, error: type,
+        read_only: bool) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error, match="path"):
+        embedlog.open(path, read_only=read_only)
+    assert os.listdir(tmp_path) == []
+    with embedlog.open(pathlib.Path("log")) as log:  # a PathLike of str is fine
+        log.create_topic("t")
+    assert os.listdir(tmp_path) == ["log"]

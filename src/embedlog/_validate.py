@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -52,6 +53,7 @@ __all__ = [
     "integer",
     "iterable",
     "listed",
+    "local_path",
     "mapping",
     "offset",
     "optional",
@@ -274,6 +276,20 @@ def iterable(value: Any, name: str, of: str = "TopicPartition") -> Iterable[Any]
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidArgumentError(f"{name} must be an iterable of {of}, not {_type_name(value)}")
     return value  # type: ignore[no-any-return]
+
+
+def local_path(value: object, name: str = "path") -> str:
+    """A local path: a ``str`` (or an ``os.PathLike`` giving one) without NUL characters."""
+    try:
+        text = os.fspath(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name} must be a str or os.PathLike, not {_type_name(value)}") from None
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{name} must be a str path, not {_type_name(text)}")
+    if "\x00" in text:
+        raise ArgumentOutOfRangeError(f"{name} must not contain a NUL character: {text!r:.200}")
+    return text
 
 
 def listed(value: Any, name: str = "partitions", of: str = "TopicPartition") -> list[Any]:

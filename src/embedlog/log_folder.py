@@ -54,7 +54,7 @@ class LogFolder(_fork.ForkGuard):
                  create: bool, clock: Any, remote_uri: str | None = None) -> None:
         if durability not in ("none", "fsync"):
             raise InvalidConfigError(f"durability must be 'none' or 'fsync', not {durability!r}")
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(_validate.local_path(path))
         self.read_only = read_only
         self.durability: Durability = durability
         self.clock = clock or now_ms
