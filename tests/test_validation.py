@@ -476,3 +476,19 @@ def test_open_refuses_a_path_of_another_type_or_with_nul(
     with embedlog.open(pathlib.Path("log")) as log:  # a PathLike of str is fine
         log.create_topic("t")
     assert os.listdir(tmp_path) == ["log"]
+
+
+@pytest.mark.parametrize("count", [(1 << 20) + 1, 1 << 62, (1 << 63) - 1])
+def test_create_topic_refuses_more_partitions_than_the_topic_table_is_read_with(
+        tmp_path: pathlib.Path, count: int) -> None:
+    """embedlog.json naming more than 2**20 partitions is refused as damage when read, so a
+    topic that large is refused when created -- before any folder is made (2**63 - 1 folders
+    were planned one by one)."""
+    with embedlog.open(tmp_path / "log") as log:
+        with pytest.raises(InvalidConfigError, match="partitions"):
+            log.create_topic("t", partitions=count)
+        assert log.topics() == []
+        log.create_topic("u", partitions=3)
+    assert not [n for n in os.listdir(tmp_path / "log") if n.startswith("t-")]
+    with embedlog.open(tmp_path / "log", read_only=True) as log:
+        assert log.topics() == ["u"]

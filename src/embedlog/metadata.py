@@ -40,6 +40,7 @@ from .records import TopicPartition
 __all__ = [
     "CLEAN_SHUTDOWN",
     "LOG_START",
+    "MAX_PARTITIONS",
     "METADATA",
     "RECOVERY_POINT",
     "StartOffsetWatch",
@@ -171,7 +172,8 @@ class StartOffsetWatch:
 
 
 _MAX_METADATA_BYTES = 64 * 1024 * 1024
-_MAX_PARTITIONS = 1 << 20
+MAX_PARTITIONS: Final = 1 << 20
+"""The most partitions a topic can have (embedlog.json naming more is damage)."""
 
 
 def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | None = None
@@ -206,7 +208,7 @@ def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | Non
         count = info.get("partitions") if isinstance(info, dict) else None
         config = info.get("config", {}) if isinstance(info, dict) else None
         if not isinstance(count, int) or isinstance(count, bool) or not (
-                0 < count <= _MAX_PARTITIONS):
+                0 < count <= MAX_PARTITIONS):
             raise bad(f"topic {name!r} has an invalid partition count {count!r}")
         if not isinstance(config, dict):
             raise bad(f"topic {name!r} has a config that is not an object")

@@ -24,7 +24,13 @@ from typing import Any
 
 from . import _io, checkpoint, loader, metadata
 from .config import TopicConfig
-from .errors import CorruptCheckpointError, CorruptionError, StorageError, TopicExistsError
+from .errors import (
+    CorruptCheckpointError,
+    CorruptionError,
+    InvalidConfigError,
+    StorageError,
+    TopicExistsError,
+)
 from .naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -166,9 +172,13 @@ class TopicTable:
         All or nothing: on any failure (``EMFILE``, ``ENOSPC``...) the folders this call made
         are removed again and the topic is not listed. A crash half way leaves empty folders
         that ``embedlog.json`` does not name; they hold no record, and creating the name again
-        removes them first (:func:`_abandoned`)."""
+        removes them first (:func:`_abandoned`). More than :data:`metadata.MAX_PARTITIONS`
+        partitions (what ``embedlog.json`` is read with) is refused before anything is made."""
         if name in self.by_name:
             raise TopicExistsError(f"topic {name!r} already exists")
+        if count > metadata.MAX_PARTITIONS:
+            raise InvalidConfigError(f"partitions: {count} is more than the "
+                                     f"{metadata.MAX_PARTITIONS} a topic can have")
         dirs = [os.path.join(self.root, partition_dir_name(name, i)) for i in range(count)]
         leftovers = [d for d in dirs if os.path.lexists(d)]
         for d in leftovers:
