@@ -492,3 +492,15 @@ def test_create_topic_refuses_more_partitions_than_the_topic_table_is_read_with(
     assert not [n for n in os.listdir(tmp_path / "log") if n.startswith("t-")]
     with embedlog.open(tmp_path / "log", read_only=True) as log:
         assert log.topics() == ["u"]
+
+
+@pytest.mark.parametrize("interval_s", [1 << 63, 1 << 64, 1e300])
+def test_start_cleaner_refuses_an_interval_its_thread_cannot_wait(tmp_path: pathlib.Path,
+                                                                  interval_s: float) -> None:
+    """Such an interval was accepted and the cleaner thread then died at its first wait
+    (OverflowError: timestamp out of range for platform time_t), leaving no cleaner."""
+    with embedlog.open(tmp_path / "log") as log:
+        with pytest.raises(ArgumentOutOfRangeError, match="interval_s"):
+            log.start_cleaner(interval_s)
+        log.start_cleaner(3600.0)  # none was started: a sane one still starts
+        assert log._cleaner is not None and log._cleaner.is_alive()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -396,5 +397,10 @@ def compact_args(now_ms: object, map_bytes: object) -> tuple[int | None, int | N
 
 
 def cleaner_args(interval_s: object, map_bytes: object) -> tuple[float, int | None]:
-    """``start_cleaner``'s interval and optional key-map size."""
-    return seconds(interval_s, "interval_s"), optional(count, map_bytes, "map_bytes")
+    """``start_cleaner``'s interval (at most ``threading.TIMEOUT_MAX``, the longest wait the
+    cleaner thread can make) and optional key-map size."""
+    interval = seconds(interval_s, "interval_s")
+    if interval > threading.TIMEOUT_MAX:
+        raise ArgumentOutOfRangeError(
+            f"interval_s must be at most {threading.TIMEOUT_MAX:g}, not {interval_s!r}")
+    return interval, optional(count, map_bytes, "map_bytes")
