@@ -75,7 +75,7 @@ def test_sealed_segments_go_remote_and_old_offsets_read_back(tmp_path: Path,
     assert log.offsets_for_times(TOPIC, 0, T0 + 7) == 7
     log.close()
 
-    again = embedlog.open(local, upkeep=False)  # the folder remembers its remote
+    again = embedlog.open(local, remote_uri=remote, upkeep=False)
     assert again.start_offset(TOPIC, 0) == 0 and _values(again) == values
     with again.consumer(TOPIC, isolation_level="read_committed") as consumer:
         got = []
@@ -88,6 +88,32 @@ def test_sealed_segments_go_remote_and_old_offsets_read_back(tmp_path: Path,
     assert _values(view) == values
     view.close()
     again.close()
+
+
+def test_a_writer_never_follows_a_remote_named_only_by_the_folder(tmp_path: Path) -> None:
+    """``embedlog.tiering`` is a file in the (untrusted) folder: a writer open that is not
+    given the remote refuses, before anything is uploaded to or deleted from the place the
+    file names, and the folder is left as it was; a reader still finds the remote."""
+    remote = file_uri(tmp_path / "remote")
+    local = tmp_path / "log"
+    log = open_tiered(local, remote, {**SMALL_SEGMENTS, "local.retention.bytes": 1024})
+    values = fill(log, 60)
+    log.close()  # sealed segments not uploaded yet
+    planted = tmp_path / "elsewhere"
+    (local / "embedlog.tiering").write_text(
+        json.dumps({"version": 1, "remote_uri": file_uri(planted)}))
+    before = sorted(p.name for p in local.rglob("*"))
+    with pytest.raises(embedlog.UsageError, match="remote_uri="):
+        embedlog.open(local, upkeep=False)
+    assert remote_objects(file_uri(planted)) == {} and remote_objects(remote) == {}
+    assert sorted(p.name for p in local.rglob("*")) == before
+    with embedlog.open(local, read_only=True) as view:  # the local segments are all there
+        assert _values(view) == values
+    with embedlog.open(local, remote_uri=remote, upkeep=False) as again:  # named: it moves
+        assert again.upkeep.run_once("tiering").error is None
+        assert _values(again) == values
+    assert json.loads((local / "embedlog.tiering").read_text())["remote_uri"] == remote
+    assert remote_objects(file_uri(planted)) == {} and check_published_complete(remote)
 
 
 def test_the_remote_read_only_open_sees_published_segments_only(tmp_path: Path,
@@ -132,7 +158,7 @@ def test_retention_and_delete_records_delete_remote_segments(tmp_path: Path,
     check_published_complete(remote)
     assert _values(log, None) == values[start:]
     log.close()
-    with embedlog.open(local, upkeep=False) as again:
+    with embedlog.open(local, remote_uri=remote, upkeep=False) as again:
         assert again.start_offset(TOPIC, 0) == start and _values(again, None) == values[start:]
 
 
@@ -187,7 +213,7 @@ def test_a_damaged_remote_manifest_is_refused(tmp_path: Path) -> None:
                b'"segments": [{"base": 5, "next": 2}]}')
     with pytest.raises(embedlog.CorruptionError):
         embedlog.open(remote, read_only=True).read(TOPIC, 0, 0)
-    again = embedlog.open(local, upkeep=False)
+    again = embedlog.open(local, remote_uri=remote, upkeep=False)
     run = again.upkeep.run_once("tiering")  # the writer takes the remote's word: refused
     assert run.error is not None and "remote manifest" in run.error
     again.close()
@@ -271,7 +297,7 @@ def test_unpublished_remote_files_are_collected_by_the_next_writer(tmp_path: Pat
     garbage = [f"{TOPIC}-0/{end:020d}.index", f"{TOPIC}-0/{99_999:020d}.log"]
     for name in garbage:  # an upload cut short, a deletion cut short
         put_remote(remote, name, b"\0" * 16)
-    again = embedlog.open(local, upkeep=False)
+    again = embedlog.open(local, remote_uri=remote, upkeep=False)
     assert again.upkeep.run_once("tiering").error is None
     left = remote_objects(remote)
     assert not any(name in left for name in garbage)
@@ -354,18 +380,20 @@ def test_cleanup_runs_a_tiering_round_and_its_dry_run_counts_remote_segments(
     fill(log, 80)
     log.close()
     runner = CliRunner(env={"EMBEDLOG_DIR": str(local)})
-    out = runner.invoke(cli, ["cleanup", "--json"], prog_name="embedlog")
+    out = runner.invoke(cli, ["--remote-uri", remote, "cleanup", "--json"],
+                        prog_name="embedlog")
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
     bases = [s["base"] for s in manifest(remote)["segments"]]
     assert report["uploaded_segments"] == len(bases) > 2
     assert report["local_deleted_segments"] == {f"{TOPIC}-0": bases.index(local_bases(local)[0])}
-    with embedlog.open(local, upkeep=False) as again:
+    with embedlog.open(local, remote_uri=remote, upkeep=False) as again:
         again.alter_topic(TOPIC, {"retention.bytes": 2048, "local.retention.bytes": 1024})
     out = runner.invoke(cli, ["cleanup", "--dry-run", "--json"], prog_name="embedlog")
     [row] = json.loads(out.output)
     assert row["segments_to_delete"] > len(local_bases(local)) - 1  # remote ones count too
-    with embedlog.open(local, upkeep=False) as again:  # the run does what the dry run said
+    # the run does what the dry run said
+    with embedlog.open(local, remote_uri=remote, upkeep=False) as again:
         assert again.enforce_retention() == row["segments_to_delete"]
         assert again.start_offset(TOPIC, 0) == row["new_start_offset"]
 

@@ -290,6 +290,26 @@ def _staged_write(path: str, **options: str) -> EmbedlogWriter:
     return writer
 
 
+def test_a_write_into_a_tiered_log_names_its_remote(tmp_path: Any) -> None:
+    """A Spark write opens the log as its writer: into a tiered folder only with the remote
+    named (``remoteUri``), never the one a file in the folder names alone."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    path = str(tmp_path / "log")
+    with embedlog.open(path, remote_uri=remote.as_uri(), upkeep=False) as log:
+        log.create_topic("t", config={"remote.storage.enable": True})
+    batch = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
+    unnamed = _staged_write(path)
+    with pytest.raises(embedlog.UsageError, match="remote_uri="):
+        unnamed.commit([unnamed.write(iter([batch]))])
+    named = _staged_write(path, remoteUri=remote.as_uri())
+    named.commit([named.write(iter([batch]))])
+    with embedlog.open(path, read_only=True) as log:
+        assert [r.value for r in log.read("t", 0)] == [b"a", b"b"]
+    with pytest.raises(InvalidConfigError, match="remoteUri"):
+        parse_write_options({"path": path, "remoteUri": "no-scheme"})
+
+
 def test_a_write_waits_for_the_writer_lock(tmp_path: Any) -> None:
     path = str(tmp_path / "log")
     with embedlog.open(path) as log:

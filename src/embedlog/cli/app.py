@@ -174,7 +174,11 @@ def _quiet_broken_pipe() -> NoReturn:
 @click.option("--adopt", is_flag=True,
               help="Allow commands that write to write into a Kafka broker's log directory "
                    "(adding embedlog's files and rewriting its checkpoints).")
-def cli(adopt: bool) -> None:
+@click.option("--remote-uri", metavar="URI", default=None,
+              help="The tiered storage of the log (s3://..., file:///...): commands that "
+                   "write to a tiered log need it (a writer never takes the folder's own "
+                   "record of where to upload and delete).")
+def cli(adopt: bool, remote_uri: str | None) -> None:
     """embedlog: an in-process, file-backed, partitioned commit log whose files are
     byte-compatible with Apache Kafka's log format.
 

@@ -65,11 +65,14 @@ def open_log(
 ) -> Iterator[Log]:
     """The log at ``path``: read-only (no lock, works beside a running writer, and on a Kafka
     broker's directory) unless ``write``; ``create`` makes a missing directory. Writing into a
-    Kafka broker's directory needs the root option ``embedlog --adopt``."""
+    Kafka broker's directory needs the root option ``embedlog --adopt``; writing into a tiered
+    log, its remote named with ``embedlog --remote-uri``."""
     if write:
         ctx = click.get_current_context(silent=True)
-        adopt = bool(ctx and ctx.find_root().params.get("adopt"))
-        opened = log_module.open(path, create=create, upkeep=upkeep, adopt=adopt)
+        root = ctx.find_root().params if ctx else {}
+        opened = log_module.open(path, create=create, upkeep=upkeep,
+                                 adopt=bool(root.get("adopt")),
+                                 remote_uri=root.get("remote_uri") or None)
     else:
         opened = log_module.open(path, read_only=True)
     with opened:

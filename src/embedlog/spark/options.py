@@ -127,6 +127,9 @@ class WriteOptions:
     path: str
     topic: str | None = None
     lock_timeout_ms: int = DEFAULT_WRITER_LOCK_TIMEOUT_MS
+    remote_uri: str | None = None
+    """``remoteUri``: the tiered storage of the log written to (a writer of a tiered folder
+    must name it: :mod:`embedlog.tiering.manager`)."""
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -254,7 +257,11 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if lock_timeout_ms < 0:
         raise InvalidConfigError(
             f"writerLockTimeoutMs: expected milliseconds >= 0, got {timeout!r}")
-    return WriteOptions(path=_path(opts), topic=topic, lock_timeout_ms=lock_timeout_ms)
+    remote_uri = opts.get("remoteuri")
+    if remote_uri is not None and "://" not in remote_uri:
+        raise InvalidConfigError(f"remoteUri: expected <scheme>://..., got {remote_uri!r}")
+    return WriteOptions(path=_path(opts), topic=topic, lock_timeout_ms=lock_timeout_ms,
+                        remote_uri=remote_uri)
 
 
 def _trigger_limits(opts: Mapping[str, str]) -> tuple[int | None, int | None]:

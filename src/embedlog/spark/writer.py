@@ -122,7 +122,7 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         )
         try:
             if staged:
-                with _open_for_write(self.options.path, self.options.lock_timeout_ms) as log:
+                with _open_for_write(self.options) as log:
                     for m in staged:  # every row is checked before the first append
                         keys = ("topic", "partition")
                         self._validate(log, staging.read_staged(self.staging, m.path, keys))
@@ -221,14 +221,15 @@ class EmbedlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         self._writer.abort(messages)
 
 
-def _open_for_write(path: str, timeout_ms: int) -> Log:
-    """Open ``path`` as its writer, waiting up to ``timeout_ms`` for the writer lock (a
-    producer or another writer may hold it for a while)."""
+def _open_for_write(options: WriteOptions) -> Log:
+    """Open the log as its writer, waiting up to ``writerLockTimeoutMs`` for the writer lock
+    (a producer or another writer may hold it for a while)."""
+    path, timeout_ms = options.path, options.lock_timeout_ms
     deadline = time.monotonic() + timeout_ms / 1000
     pause = 0.01
     while True:
         try:
-            return open_log(path)
+            return open_log(path, remote_uri=options.remote_uri)
         except WriterLockedError:
             if time.monotonic() >= deadline:
                 raise WriterLockedError(

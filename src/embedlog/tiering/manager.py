@@ -3,9 +3,15 @@ tiering round the upkeep thread runs, and the private read cache.
 
 The remote URI is a log option (``embedlog.open(path, remote_uri="s3://...")``). A writer
 records it in the root file ``embedlog.tiering`` (layout: ``{"version": 1, "remote_uri":
-"<uri>"}``, replaced atomically), so every later open of the folder -- the writer's again, a
-read-only one, the command line -- finds the remote without being told. Credentials belong
-in the environment (``AWS_ACCESS_KEY_ID``...), not in the URI, which is stored in clear.
+"<uri>"}``, replaced atomically), so a later read-only open of the folder (and the command
+line's reading commands) finds the remote without being told. A writer uploads to the remote
+and deletes from it, so it never takes the folder's word for where that is: the folder is
+untrusted input, and a planted ``embedlog.tiering`` must not send segments to, or delete
+from, a place its owner never named. A writer open of a folder that records a remote must
+be given that URI (``remote_uri=``; ``embedlog --remote-uri`` on the command line), and
+refuses to open otherwise; a different URI moves the log's remote and is recorded.
+Credentials belong in the environment (``AWS_ACCESS_KEY_ID``...), not in the URI, which is
+stored in clear.
 
 :meth:`RemoteLogManager.run` is one tiering round (Kafka's ``RLMTask``): the topic table
 (``embedlog.json``) is copied to the remote root when it changed, then for every partition of a
@@ -71,11 +77,20 @@ class RemoteLogManager:
     @classmethod
     def open(cls, root: str, remote_uri: str | None, *, writable: bool
              ) -> RemoteLogManager | None:
-        """The manager of ``root`` (``remote_uri``, else the recorded one), or None when the
-        folder is not tiered. A writer given a URI records it."""
+        """The manager of ``root`` (``remote_uri``, else the recorded one for a reader), or
+        None when the folder is not tiered. A writer given a URI records it; a writer not
+        given one of a folder that records one raises :class:`~embedlog.errors.UsageError`
+        (see the module notes)."""
         if remote_uri is not None and not isinstance(remote_uri, str):
             raise UsageError(f"remote_uri must be a str, not {type(remote_uri).__name__}")
         recorded = read_uri(root) if os.path.isdir(root) else None
+        if writable and not remote_uri and recorded is not None:
+            raise UsageError(
+                f"this log's tiered storage is recorded as {recorded!r} "
+                f"({os.path.join(root, TIERING_FILE)}); a writer uploads there and deletes "
+                "from there, so it must be named by the caller, not only by a file in the "
+                f"folder: open with remote_uri={recorded!r} (command line: embedlog "
+                "--remote-uri URI ...) if that is this log's remote")
         uri = remote_uri or recorded
         if uri is None:
             return None
