@@ -333,3 +333,24 @@ def test_without_pyarrow_a_uri_is_a_clear_usage_error(small: Path, tmp_path: Pat
     with pytest.raises(UsageError, match="needs pyarrow"):
         embedlog.open(_file_uri(small), read_only=True, cache_dir=tmp_path)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_remote_that_cannot_be_listed_is_a_storage_error() -> None:
+    """The store's own failure (network, credentials, service: pyarrow raises ``OSError``)
+    while a read-only open lists the remote is embedlog's ``StorageError``, naming the root; a
+    missing folder stays ``NotALogError``."""
+    from embedlog.remote.listing import plan
+
+    class Unreachable:
+        def __init__(self, exc: OSError) -> None:
+            self.exc = exc
+
+        def get_file_info(self, selector: Any) -> Any:
+            raise self.exc
+
+    refused = OSError("AWS Error NETWORK_CONNECTION during ListObjectsV2: Could not connect")
+    with pytest.raises(embedlog.StorageError, match="remote listing failed") as caught:
+        plan(Unreachable(refused), "bucket/logs")  # type: ignore[arg-type]
+    assert caught.value.__cause__ is refused and "bucket/logs" in str(caught.value)
+    with pytest.raises(embedlog.NotALogError):
+        plan(Unreachable(FileNotFoundError("gone")), "bucket/logs")  # type: ignore[arg-type]

@@ -41,6 +41,7 @@ from ..naming import (
     parse_segment_file,
 )
 from ..tiering.remote_manifest import FILES, Manifest
+from ..tiering.store import remote_error
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -87,6 +88,8 @@ def plan(fs: pafs.FileSystem, root: str) -> Plan:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     except FileNotFoundError as exc:
         raise NotALogError(f"no remote log folder at {root!r}") from exc
+    except OSError as exc:  # the network, credentials, the service
+        raise remote_error(exc, "listing", root) from exc
     found = Plan()
     for info in sorted(infos, key=lambda i: str(i.path)):
         names = _relative(root, info.path)

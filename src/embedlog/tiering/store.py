@@ -29,7 +29,7 @@ from ..naming import TMP_SUFFIX
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["CHUNK", "RemoteStore", "filesystem", "open_store"]
+__all__ = ["CHUNK", "RemoteStore", "filesystem", "open_store", "remote_error"]
 
 CHUNK: Final = 1 << 20
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -100,7 +100,7 @@ class RemoteStore:
             if self.local:
                 self.fs.move(staged, target)
         except OSError as exc:
-            raise _remote_error(exc, "put", target) from exc
+            raise remote_error(exc, "put", target) from exc
         return size, crc
 
     def get(self, names: tuple[str, ...], limit: int) -> bytes | None:
@@ -114,7 +114,7 @@ class RemoteStore:
         except OSError as exc:
             if _missing(exc):
                 return None
-            raise _remote_error(exc, "get", target) from exc
+            raise remote_error(exc, "get", target) from exc
         if len(data) > limit:
             raise CorruptionError(f"remote object is larger than {limit} bytes", path=target)
         return data
@@ -136,7 +136,7 @@ class RemoteStore:
                     crc = zlib.crc32(chunk, crc)
                     _io.write(fd, chunk)
         except OSError as exc:
-            raise _remote_error(exc, "get", target) from exc
+            raise remote_error(exc, "get", target) from exc
         finally:
             _io.close(fd)
         if done != size:
@@ -165,7 +165,7 @@ class RemoteStore:
                     yield position, bytes(got)
                     position += len(got)
         except OSError as exc:
-            raise _remote_error(exc, "get", target) from exc
+            raise remote_error(exc, "get", target) from exc
 
     def delete(self, names: tuple[str, ...]) -> None:
         """Delete the object ``names``; one already gone is fine."""
@@ -177,7 +177,7 @@ class RemoteStore:
             pass
         except OSError as exc:
             if not _missing(exc):
-                raise _remote_error(exc, "delete", target) from exc
+                raise remote_error(exc, "delete", target) from exc
 
     def listing(self, folder: str) -> dict[str, int]:
         """``{name: size}`` of the objects directly in ``folder`` (empty if there is none)."""
@@ -187,7 +187,7 @@ class RemoteStore:
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         except OSError as exc:
-            raise _remote_error(exc, "list", base) from exc
+            raise remote_error(exc, "list", base) from exc
         return {str(i.base_name): int(i.size or 0) for i in infos
                 if i.type == pafs.FileType.File and not str(i.base_name).endswith(TMP_SUFFIX)}
 
@@ -197,5 +197,6 @@ def _missing(exc: OSError) -> bool:
     return "NoSuchKey" in text or "Path does not exist" in text or "not found" in text.lower()
 
 
-def _remote_error(exc: OSError, what: str, path: str) -> StorageError:
+def remote_error(exc: OSError, what: str, path: str) -> StorageError:
+    """A remote store's failure (pyarrow raises ``OSError``) as embedlog's ``StorageError``."""
     return StorageError(exc.errno or 5, f"remote {what} failed: {exc}", path)
