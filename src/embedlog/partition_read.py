@@ -72,7 +72,7 @@ class RemoteSegments(Protocol):
                      ) -> Iterator[Segment]: ...
 
     def offset_for_timestamp(self, timestamp: int, below: int,
-                             settings: SegmentSettings) -> int | None: ...
+                             settings: SegmentSettings, start: int = 0) -> int | None: ...
 
 
 class Readable(Protocol):
@@ -344,14 +344,16 @@ def offset_for_timestamp(p: Readable, timestamp: int) -> int | None:
     with p.lock:
         p.refresh()
         segs = list(p.segments)
+        start = p.start_offset
     if p.tier is not None and segs:
-        found_remote = p.tier.offset_for_timestamp(timestamp, segs[0].base_offset, p.settings)
+        found_remote = p.tier.offset_for_timestamp(timestamp, segs[0].base_offset, p.settings,
+                                                   start)
         if found_remote is not None:
-            return max(found_remote, p.start_offset)
+            return found_remote
     for seg in segs:
         if seg.max_timestamp < timestamp and seg is not segs[-1]:
             continue
-        found = seg.find_offset_by_timestamp(timestamp)
+        found = seg.find_offset_by_timestamp(timestamp, start)
         if found is not None:
-            return max(found, p.start_offset)
+            return found
     return None

@@ -261,8 +261,10 @@ class Segment(SegmentRecovery, PointReads):
         return None if sealed is None else (self._point_owner, sealed)
 
     @pinned
-    def find_offset_by_timestamp(self, timestamp: int) -> int | None:
-        """The first offset in this segment whose record timestamp is >= ``timestamp``.
+    def find_offset_by_timestamp(self, timestamp: int, start: int = 0) -> int | None:
+        """The first offset ``>= start`` in this segment whose record timestamp is
+        ``>= timestamp`` (Kafka's ``findOffsetByTimestamp(timestamp, startingOffset)``: records
+        below the log start are not candidates, even when timestamps are out of order).
 
         The time index only says where to start, and it carries no checksum: the entry used
         is checked against the batch it names (whose max timestamp must equal the entry's).
@@ -272,25 +274,27 @@ class Segment(SegmentRecovery, PointReads):
         if entry is not None:
             position = self.find_position(entry[1])
             if position is not None:
-                found = self._first_at_or_after(position, timestamp, entry[0])
+                found = self._first_at_or_after(position, timestamp, start, entry[0])
                 if found is not False:
                     return found
-        found = self._first_at_or_after(0, timestamp, None)
+        found = self._first_at_or_after(0, timestamp, start, None)
         return None if found is False else found
 
-    def _first_at_or_after(self, position: int, timestamp: int,
+    def _first_at_or_after(self, position: int, timestamp: int, start: int,
                            expect: int | None) -> int | Literal[False] | None:
-        """Scan from ``position``; False when the first batch's max timestamp is not ``expect``
-        (the index entry that chose ``position`` disagrees with the log)."""
+        """Scan from ``position`` for the first record at or after ``start`` stamped at or after
+        ``timestamp``; False when the first batch's max timestamp is not ``expect`` (the index
+        entry that chose ``position`` disagrees with the log)."""
         for buf, p, header in self.batches(position):
             if expect is not None:
                 if header.max_timestamp != expect:
                     return False
                 expect = None
-            if header.is_control or header.max_timestamp < timestamp:
+            if (header.is_control or header.max_timestamp < timestamp
+                    or header.last_offset < start):
                 continue
             records = fmt.decode_records(buf, p, header)
-            hits = (records.timestamps >= timestamp).nonzero()[0]
+            hits = ((records.timestamps >= timestamp) & (records.offsets >= start)).nonzero()[0]
             if len(hits):
                 return int(records.offsets[hits[0]])
         return None

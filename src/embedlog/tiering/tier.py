@@ -148,13 +148,15 @@ class Tier:
             yield self._open(entry, settings, max(start, entry.base))
 
     def offset_for_timestamp(self, timestamp: int, below: int,
-                             settings: SegmentSettings) -> int | None:
-        """The earliest offset below ``below`` whose timestamp is >= ``timestamp``."""
+                             settings: SegmentSettings, start: int = 0) -> int | None:
+        """The earliest offset in ``[max(start, log start), below)`` whose timestamp is
+        ``>= timestamp``."""
+        start = max(start, self.manifest.log_start)
         for entry in self.manifest.segments:
             if entry.base < below and entry.max_timestamp >= timestamp:
-                found = self._open(entry, settings).find_offset_by_timestamp(timestamp)
+                found = self._open(entry, settings).find_offset_by_timestamp(timestamp, start)
                 if found is not None:
-                    return max(found, self.manifest.log_start)
+                    return found
         return None
 
     def _open(self, entry: Published, settings: SegmentSettings,
