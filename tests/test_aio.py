@@ -241,3 +241,19 @@ async def test_subscribe_takes_one_topic_name_or_an_iterable_and_refuses_others(
                 await consumer.subscribe(bad)
         await consumer.subscribe("events")  # a name, not its letters
         assert consumer.assignment() == {TopicPartition("events", 0)}
+
+
+async def test_a_send_waiting_for_buffer_space_when_stop_comes_raises(log: embedlog.Log) -> None:
+    """stop() flushes what was queued when it began; a send still waiting for space then is
+    refused (LogClosedError) rather than handed a future that never resolves."""
+    log.create_topic("t")
+    producer = AsyncProducer(log, max_buffer_records=1, linger_ms=20)
+    await producer.start()
+    first = await producer.send("t", b"1")
+    waiting = asyncio.create_task(producer.send("t", b"2"))
+    await asyncio.sleep(0)  # the second send now waits for buffer space
+    await producer.stop()
+    assert (await first).offset == 0
+    with pytest.raises(LogClosedError):
+        await waiting
+    assert [r.value for r in log.read("t", 0)] == [b"1"]

@@ -20,7 +20,10 @@ written (readable by consumers) -- and on disk with ``durability="fsync"`` (the 
 option, or the log's).
 
 Errors (unknown topic, a record too large, an I/O error) come back through the record's
-future. Cancelling a task that awaits a send does not take the record back. Options other than
+future. Cancelling a task that awaits a send does not take the record back. A ``send`` still
+waiting for buffer space when :meth:`AsyncProducer.stop` is called raises
+:class:`~embedlog.LogClosedError` (the record is not sent); every future ``send`` returned
+resolves. Options other than
 ``linger_ms`` and ``max_buffer_records`` are those of :class:`~embedlog.Producer`.
 """
 
@@ -117,6 +120,7 @@ class AsyncProducer:
         try:
             await self.flush()
         finally:
+            self._space.set()  # sends still waiting for buffer space raise LogClosedError
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)
             assert self._worker is not None and self._producer is not None
@@ -150,6 +154,9 @@ class AsyncProducer:
         while len(self._queue) >= self._max_buffer:
             self._space.clear()
             await self._space.wait()
+            if self._stopped:  # stop() came meanwhile: its flush did not count this record
+                raise LogClosedError("the producer was stopped while this send waited for "
+                                     "buffer space; the record was not sent")
         future: asyncio.Future[RecordMetadata] = self._new_future()
         self._queue.append(((topic, value, key, headers, partition, timestamp_ms), future))
         self._queued += 1
