@@ -1,16 +1,18 @@
 """Client semantics checked against Kafka's documented behaviour: timestamp lookups above a
-moved log start."""
+moved log start; consumers whose position was deleted under a read in progress."""
 
 from __future__ import annotations
 
 import pathlib
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embedlog
 from embedlog import TopicPartition
+from embedlog.errors import OffsetOutOfRangeError
 from embedlog.fetcher import OffsetAndTimestamp
 from helpers import small_segments
 
@@ -59,3 +61,62 @@ def test_time_lookup_matches_the_model_after_delete_records(
         for target in targets:
             want = _first_at_or_after(stamps, start, target)
             assert log.offsets_for_times("t", 0, target) == want, (start, target)
+
+
+def _deleted_under_a_read(log_dir: pathlib.Path, policy: str, read_only: bool
+                          ) -> tuple[list[int], int, embedlog.Consumer, list[embedlog.Log]]:
+    """A consumer three records into a partition of many segments when ``delete_records``
+    removes everything up to past its sixth segment's base: the offsets it got, the new log
+    start, the consumer (and the logs to close)."""
+    log = embedlog.open(log_dir)
+    log.create_topic("t", config=small_segments())
+    for i in range(300):
+        log.append("t", b"%03d" % i + b"x" * 100, partition=0)
+    reader = embedlog.open(log_dir, read_only=True) if read_only else log
+    consumer = reader.consumer(auto_offset_reset=policy, max_poll_records=3)
+    consumer.assign([TP0])
+    consumer.seek(TP0, 0)
+    got = [r.offset for r in consumer.poll()]
+    assert got == [0, 1, 2]
+    start = log.delete_records("t", 0, log.segments("t", 0)[5].base_offset + 1)
+    return got, start, consumer, [reader, log] if read_only else [log]
+
+
+def _drain(consumer: embedlog.Consumer) -> list[int]:
+    out: list[int] = []
+    while batch := consumer.poll():
+        out += [r.offset for r in batch]
+    return out
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only"])
+def test_records_deleted_under_a_read_are_never_skipped_in_silence(
+        log_dir: pathlib.Path, read_only: bool) -> None:
+    """Kafka: a fetch below the log start is out of range and auto_offset_reset decides. A
+    read-only consumer used to jump to the new log start whatever the policy (its scan
+    relisted the folder and resumed there); none of the deleted records after the position is
+    handed out but those of a segment file the scan already had open."""
+    got, start, strict, logs = _deleted_under_a_read(log_dir, "none", read_only)
+    with pytest.raises(OffsetOutOfRangeError):
+        got += _drain(strict)
+    assert got == list(range(len(got))) and len(got) < start  # no jump, no gap
+    strict.close()
+    for opened in logs:
+        opened.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only"])
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+def test_records_deleted_under_a_read_reset_by_the_policy(
+        log_dir: pathlib.Path, read_only: bool, policy: str) -> None:
+    got, start, consumer, logs = _deleted_under_a_read(log_dir, policy, read_only)
+    got += _drain(consumer)
+    end = 300
+    below = [o for o in got if o < start]
+    assert below == list(range(len(below)))  # the records before the reset: no gap
+    after = got[len(below):]
+    assert after == (list(range(start, end)) if policy == "earliest" else [])
+    assert consumer.position(TP0) == end
+    consumer.close()
+    for opened in logs:
+        opened.close()

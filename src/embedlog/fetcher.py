@@ -287,6 +287,10 @@ class Fetcher:
                     return self._fill_committed(f, end)
                 f.gen = f.p.batches(f.fetched, end, control=True)
                 f.stop, f.seen = end, False
+            elif f.fetched < f.p.start_offset:  # deleted since the scan began: not handed out
+                f.gen = None
+                self.reset(f, f"position {f.fetched} is below the log start")
+                continue
             try:
                 header, records = next(f.gen)
             except StopIteration:

@@ -14,7 +14,10 @@ deleting and swapping compacted segments in under it. So a view:
 * scans so that it survives the writer: a captured segment deleted or replaced before its
   file was (re)opened (the descriptor budget opens files lazily, :mod:`embedlog._handles`) raises
   ``StorageError(ESTALE)``; the view lists the folder again and resumes after the last batch it
-  yielded, at most ``_RESCANS`` times;
+  yielded, at most ``_RESCANS`` times -- unless that offset is now below the log start
+  (``delete_records``/retention took it): then :class:`~embedlog.errors.OffsetOutOfRangeError`,
+  as a read from there would raise (a consumer applies its ``auto_offset_reset``), never a silent
+  jump to the new log start;
 * reads the known records first: a bounded read below the known end lists no folder; only
   a read that comes up short refreshes (reading on from the known end).
 
@@ -206,7 +209,10 @@ def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool
             gone = exc
         with p.lock:
             p.refresh()
-            offset = max(offset, p.start_offset)
+            if offset < p.start_offset:  # deleted under the scan: never skipped in silence
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of {p.topic}-{p.partition} was deleted during the read: "
+                    f"the log now starts at {p.start_offset}") from gone
             segs = with_remote(p, offset, list(p.segments[segment_index(p, offset) :]))
     raise gone
 
