@@ -14,8 +14,7 @@ moves the positions past them; iterating the consumer moves them record by recor
 to read, Kafka's convention): commit after processing for at-least-once, before for
 at-most-once. A partition's first position is its committed offset, else ``auto_offset_reset``
 decides (``earliest``, ``latest``, or ``none`` = raise); the same rule applies when the position
-fell below the log start (retention deleted those records; also while a read of them was under
-way: only records already decoded are still handed out) or above the end.
+fell below the log start (retention deleted those records, even mid-read) or above the end.
 
 **Groups.** With ``group=`` and :meth:`Consumer.subscribe`, consumers of the same group in
 threads or processes share the partitions of their topics (``assignor="range"`` or
