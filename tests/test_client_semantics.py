@@ -1,5 +1,6 @@
 """Client semantics checked against Kafka's documented behaviour: timestamp lookups above a
-moved log start; consumers whose position was deleted under a read in progress."""
+moved log start and at the last stable offset; consumers whose position was deleted under a
+read in progress."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import embedlog
 from embedlog import TopicPartition
 from embedlog.errors import OffsetOutOfRangeError
 from embedlog.fetcher import OffsetAndTimestamp
+from embedlog.segment import format as fmt
 from helpers import small_segments
 
 TP0 = TopicPartition("t", 0)
@@ -120,3 +122,27 @@ def test_records_deleted_under_a_read_reset_by_the_policy(
     consumer.close()
     for opened in logs:
         opened.close()
+
+
+def test_read_committed_time_lookup_stops_at_the_last_stable_offset(log: embedlog.Log) -> None:
+    """Kafka's ListOffsets under READ_COMMITTED answers no offset at or above the last stable
+    offset: a record of an open transaction is not found (None), until it commits."""
+    log.create_topic("t")
+    log._append_encoded("t", 0, bytearray(fmt.encode_batch([b"plain"], timestamps=100)))
+    txn = {"producer_id": 1, "producer_epoch": 0, "is_transactional": True}
+    log._append_encoded("t", 0, bytearray(fmt.encode_batch(
+        [b"open"], timestamps=500, base_sequence=0, **txn)))
+    committed = log.consumer(isolation_level="read_committed")
+    uncommitted = log.consumer()
+    committed.assign([TP0])
+    uncommitted.assign([TP0])
+    assert committed.end_offsets([TP0]) == {TP0: 1}
+    assert committed.offsets_for_times({TP0: 400}) == {TP0: None}
+    assert committed.offsets_for_times({TP0: 50}) == {TP0: OffsetAndTimestamp(0, 100)}
+    assert uncommitted.offsets_for_times({TP0: 400}) == {TP0: OffsetAndTimestamp(1, 500)}
+    key, value = fmt.control_record(fmt.CONTROL_COMMIT)
+    log._append_encoded("t", 0, bytearray(fmt.encode_batch(
+        [value], keys=[key], timestamps=600, is_control=True, **txn)))
+    assert committed.offsets_for_times({TP0: 400}) == {TP0: OffsetAndTimestamp(1, 500)}
+    committed.close()
+    uncommitted.close()

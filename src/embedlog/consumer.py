@@ -400,8 +400,8 @@ class Consumer:
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """Per partition, the earliest record whose timestamp is >= the given one (ms)."""
-        return offsets_for_times(self.log, timestamps)
+        """Per partition, the first record stamped >= the given ms below :meth:`end_offsets`."""
+        return offsets_for_times(self.log, timestamps, self._end_of)
 
     def lag(self) -> dict[TopicPartition, int]:
         """Offsets between each assigned partition's position and its :meth:`end_offsets`."""

@@ -426,9 +426,13 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 def offsets_for_times(
-    log: ClientLog, timestamps: Mapping[TopicPartition, int]
+    log: ClientLog, timestamps: Mapping[TopicPartition, int],
+    end: Callable[[TopicPartition], int] | None = None,
 ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-    """Per partition, the earliest record whose timestamp is >= the given one (ms)."""
+    """Per partition, the earliest record whose timestamp is >= the given one (ms); with
+    ``end`` (a consumer's end offsets: under ``read_committed`` the last stable offset) only one
+    below it, else ``None`` (Kafka's ListOffsets answers no offset at or above the isolation
+    level's last fetchable one)."""
     if not isinstance(timestamps, Mapping):
         raise InvalidArgumentError(
             f"timestamps must map TopicPartition to ms, not {type(timestamps).__name__}")
@@ -437,6 +441,8 @@ def offsets_for_times(
         tp = _validate.topic_partition(tp)
         offset = log.offsets_for_times(tp.topic, tp.partition, ts)
         found = None
+        if offset is not None and end is not None and offset >= end(tp):
+            offset = None
         if offset is not None:
             for r in log.read(tp.topic, tp.partition, offset, max_records=1):
                 found = OffsetAndTimestamp(r.offset, r.timestamp)
