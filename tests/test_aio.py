@@ -257,3 +257,24 @@ async def test_a_send_waiting_for_buffer_space_when_stop_comes_raises(log: embed
     with pytest.raises(LogClosedError):
         await waiting
     assert [r.value for r in log.read("t", 0)] == [b"1"]
+
+
+async def test_a_cancelled_stop_is_finished_by_the_next_one(log: embedlog.Log) -> None:
+    """stop() cancelled while it waits for a getmany in flight (here: the fetch lock held)
+    used to leave the consumer open for good -- the next stop() returned at once -- so its
+    group's partitions stayed leased and no other member could ever read them."""
+    log.create_topic("t", partitions=2)
+    consumer = AsyncConsumer(log, "t", group="g")
+    await consumer.start()
+    async with consumer._lock:  # as a getmany waiting for records holds it
+        stopping = asyncio.create_task(consumer.stop())
+        await asyncio.sleep(0)
+        stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+    await consumer.stop()
+    other = log.consumer("t", group="g", heartbeat_interval_ms=0)
+    other.poll(0.1)
+    assert other.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    other.close()
+    with pytest.raises(LogClosedError):
+        await consumer.getmany()

@@ -132,15 +132,15 @@ class AsyncConsumer:
         return consumer
 
     async def stop(self) -> None:
-        """Commit (with auto commit), leave the group, close. Idempotent."""
-        if self._stopping:
-            return
+        """Commit (with auto commit), leave the group, close; idempotent, ends a cancelled stop."""
         self._stopping = True
-        if self._sync is not None and self._sync._fetcher.waker is not None:
-            self._sync._fetcher.waker.close()  # ends a wait on the loop now
-        if self._sync is None:
+        if self._sync is None or self._sync.closed:
             return
+        if self._sync._fetcher.waker is not None:
+            self._sync._fetcher.waker.close()  # ends a wait on the loop now
         async with self._lock:
+            if self._sync.closed:  # a concurrent stop finished first
+                return
             await self._settle()
             try:
                 if self._auto_commit:
