@@ -278,3 +278,20 @@ async def test_a_cancelled_stop_is_finished_by_the_next_one(log: embedlog.Log) -
     other.close()
     with pytest.raises(LogClosedError):
         await consumer.getmany()
+
+
+async def test_a_cancelled_producer_stop_still_writes_what_was_sent(log: embedlog.Log) -> None:
+    """Cancelling stop() while it waited for the last round used to cancel the sender too:
+    a record send() had accepted was never written and its future never resolved."""
+    log.create_topic("t")
+    producer = AsyncProducer(log, linger_ms=200)  # the round lingers while stop is cancelled
+    await producer.start()
+    sent = await producer.send("t", b"accepted")
+    stopping = asyncio.create_task(producer.stop())
+    await asyncio.sleep(0)
+    stopping.cancel()
+    await asyncio.gather(stopping, return_exceptions=True)
+    assert not sent.done()
+    await producer.stop()  # waits for the same shutdown
+    assert (await sent).offset == 0
+    assert [r.value for r in log.read("t", 0)] == [b"accepted"]

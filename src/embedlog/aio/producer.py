@@ -90,6 +90,7 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
         self._new_future: Callable[[], asyncio.Future[Any]] = _no_loop
         self._stopped = False
+        self._shutdown: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,12 +112,18 @@ class AsyncProducer:
         self._sender = asyncio.create_task(self._send_loop(), name="embedlog-aio-sender")
 
     async def stop(self) -> None:
-        """Send everything queued, wait for it, close. Idempotent."""
-        if self._stopped:
-            return
+        """Send everything queued, wait for it, close. Idempotent. Cancelling it does not stop
+        the shutdown: every record sent is still written and its future resolved, and a later
+        ``stop`` waits for the same shutdown."""
         self._stopped = True
         if self._sender is None:
             return
+        if self._shutdown is None:
+            self._shutdown = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._shutdown)
+
+    async def _stop(self) -> None:
+        assert self._sender is not None
         try:
             await self.flush()
         finally:
