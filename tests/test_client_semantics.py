@@ -85,10 +85,7 @@ def _deleted_under_a_read(log_dir: pathlib.Path, policy: str, read_only: bool
 
 
 def _drain(consumer: embedlog.Consumer) -> list[int]:
-    out: list[int] = []
-    while batch := consumer.poll():
-        out += [r.offset for r in batch]
-    return out
+    return [r.offset for r in _drain_records(consumer)]
 
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only"])
@@ -146,3 +143,37 @@ def test_read_committed_time_lookup_stops_at_the_last_stable_offset(log: embedlo
     assert committed.offsets_for_times({TP0: 400}) == {TP0: OffsetAndTimestamp(1, 500)}
     committed.close()
     uncommitted.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only"])
+def test_read_committed_latest_reset_starts_at_the_last_stable_offset(
+        log_dir: pathlib.Path, read_only: bool) -> None:
+    """Kafka resets a read_committed consumer to the latest offset its isolation level sees,
+    the last stable offset: a transaction open at the reset is read once it commits. The
+    reset used to go to the log end and skip that transaction's committed records."""
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+        log.append("t", b"before", partition=0)
+        producer = log.producer(transactional_id="x")
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("t", b"in-txn", partition=0)
+        producer.flush()
+        reader = embedlog.open(log_dir, read_only=True) if read_only else log
+        consumer = reader.consumer("t", isolation_level="read_committed",
+                                   auto_offset_reset="latest")
+        assert consumer.poll() == []
+        assert consumer.position(TP0) == 1
+        producer.commit_transaction()
+        log.append("t", b"after", partition=0)
+        assert [r.value for r in _drain_records(consumer)] == [b"in-txn", b"after"]
+        consumer.close()
+        if read_only:
+            reader.close()
+
+
+def _drain_records(consumer: embedlog.Consumer) -> list[embedlog.Record]:
+    out: list[embedlog.Record] = []
+    while batch := consumer.poll():
+        out += batch
+    return out

@@ -370,7 +370,9 @@ class Fetcher:
                 f.move_to(offset)
 
     def reset(self, f: Fetch, why: str) -> None:
-        """Apply ``auto_offset_reset`` to ``f``."""
+        """Apply ``auto_offset_reset`` to ``f``: ``latest`` is the end a poll would read up
+        to, under ``read_committed`` the last stable offset (Kafka's ListOffsets LATEST), so
+        that the records of a transaction open at the reset are read once it commits."""
         policy = self.auto_offset_reset
         if policy == "none":
             raise OffsetOutOfRangeError(
@@ -378,7 +380,12 @@ class Fetcher:
             )
         if self.log.read_only:
             f.p.refresh()
-        f.move_to(f.p.start_offset if policy == "earliest" else f.p.end_offset)
+        if policy == "earliest":
+            f.move_to(f.p.start_offset)
+        elif self.read_committed:
+            f.move_to(self.log.last_stable_offset(*f.tp))
+        else:
+            f.move_to(f.p.end_offset)
 
 
 def folder_names(fetches: Iterable[Fetch]) -> list[str]:
