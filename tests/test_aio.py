@@ -295,3 +295,28 @@ async def test_a_cancelled_producer_stop_still_writes_what_was_sent(log: embedlo
     await producer.stop()  # waits for the same shutdown
     assert (await sent).offset == 0
     assert [r.value for r in log.read("t", 0)] == [b"accepted"]
+
+
+async def test_a_stop_cancelled_while_closing_is_finished_by_the_next_one(log: embedlog.Log
+                                                                          ) -> None:
+    """stop() cancelled while the sync consumer closes (here: in an async on_revoke) used to
+    make the next stop() commit again on the closed consumer: LogClosedError."""
+    log.create_topic("t", partitions=2)
+    log.append("t", b"x", partition=0)
+    revoking = asyncio.Event()
+
+    async def on_revoke(tps: list[TopicPartition]) -> None:
+        revoking.set()
+        await asyncio.sleep(0.05)
+
+    consumer = AsyncConsumer(log, "t", group="g", enable_auto_commit=True,
+                             on_revoke=on_revoke)
+    await consumer.start()
+    assert len(await drain(consumer, 1)) == 1
+    stopping = asyncio.create_task(consumer.stop())
+    await revoking.wait()
+    stopping.cancel()
+    await asyncio.gather(stopping, return_exceptions=True)
+    await consumer.stop()
+    with log.consumer(group="g") as check:
+        assert check.committed(TP0) == 1

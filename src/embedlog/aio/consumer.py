@@ -30,7 +30,7 @@ other members -- in this loop, other threads or other processes. The group proto
 while the worker waits for them, and may ``await consumer.commit()`` (but not ``getmany``).
 A revoked partition's stash is dropped after ``on_revoke``. ``enable_auto_commit`` commits the
 handed-out positions every ``auto_commit_interval_ms`` (inside ``getmany``), before a revoke and
-on ``stop``.
+on ``stop``, whose shutdown goes on when it is cancelled (a later ``stop`` waits for it).
 
 Other options are those of :class:`~embedlog.Consumer`.
 """
@@ -109,6 +109,7 @@ class AsyncConsumer:
         self._error: BaseException | None = None
         self._lock = asyncio.Lock()
         self._stopping = False
+        self._shutdown: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -132,21 +133,24 @@ class AsyncConsumer:
         return consumer
 
     async def stop(self) -> None:
-        """Commit (with auto commit), leave the group, close; idempotent, ends a cancelled stop."""
+        """Commit (with auto commit), leave the group, close (see the module notes)."""
         self._stopping = True
-        if self._sync is None or self._sync.closed:
+        if self._sync is None:
             return
-        if self._sync._fetcher.waker is not None:
-            self._sync._fetcher.waker.close()  # ends a wait on the loop now
+        if self._shutdown is None:
+            if self._sync._fetcher.waker is not None:
+                self._sync._fetcher.waker.close()  # ends a wait on the loop now
+            self._shutdown = asyncio.ensure_future(self._stop(self._sync))
+        await asyncio.shield(self._shutdown)
+
+    async def _stop(self, sync: Consumer) -> None:
         async with self._lock:
-            if self._sync.closed:  # a concurrent stop finished first
-                return
             await self._settle()
             try:
                 if self._auto_commit:
                     await self._commit_handed()
             finally:
-                await self._call(self._sync.close)
+                await self._call(sync.close)
                 assert self._worker is not None
                 self._worker.shutdown(wait=False)
 
@@ -187,11 +191,7 @@ class AsyncConsumer:
             await self._settle()
             await self._call(fn)
             self._drop(None)
-            await self._refresh_assignment()
-
-    async def _refresh_assignment(self) -> None:
-        sync = self._started()
-        self._assigned_now = frozenset(await self._call(sync.assignment))
+            self._assigned_now = frozenset(await self._call(self._started().assignment))
 
     # ------------------------------------------------------------------ fetching
 
