@@ -494,8 +494,7 @@ def open(
 
     ``remote_uri`` (``s3://bucket/prefix``, ``file:///path``...) makes the folder tiered
     (:mod:`embedlog.tiering`): topics with ``remote.storage.enable=true`` copy their sealed
-    segments there. The folder records it for readers; a writer is given it again
-    (:mod:`embedlog.tiering.manager`).
+    segments there. The folder records it for readers; a writer must be given it again.
     """
     return Log(path, read_only=read_only, durability=durability, create=create, upkeep=upkeep,
                adopt=adopt, remote_uri=remote_uri)
