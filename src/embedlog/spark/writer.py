@@ -11,8 +11,10 @@ Only the process holding the log's writer lock may append, so executors never to
 1. each task writes its rows to an Arrow IPC file under ``<log>/.spark-staging/<job>/`` and
    returns the file name in its commit message;
 2. the driver's :meth:`EmbedlogWriter.commit` first checks every staged row (topic exists,
-   partition in range), then appends them through one writer in task order, and removes the
-   staging folder;
+   partition in range, timestamp not before 1970, no null header or header key), then appends
+   them through one writer in task order -- each partition gets its rows in row order, rows
+   with and without a ``partition`` interleaved as they come -- and removes the staging
+   folder;
 3. :meth:`EmbedlogWriter.abort` only removes the staging folder (and leaves a marker so that
    tasks still running drop their files).
 
@@ -23,6 +25,7 @@ middle of step 2 can leave a prefix of the job appended, as a crashed Kafka prod
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 import uuid
@@ -124,7 +127,7 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             if staged:
                 with _open_for_write(self.options) as log:
                     for m in staged:  # every row is checked before the first append
-                        keys = ("topic", "partition")
+                        keys = ("topic", "partition", "timestamp", "headers")
                         self._validate(log, staging.read_staged(self.staging, m.path, keys))
                     for m in staged:
                         self._append(log, staging.read_staged(self.staging, m.path))
@@ -163,7 +166,10 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             yield name, table.filter(mask)
 
     def _validate(self, log: Log, table: pa.Table) -> None:
-        """Raise before anything is appended if a row cannot be written."""
+        """Raise before anything is appended if a row cannot be written: besides topic and
+        partition, what the log itself would refuse mid-commit (a timestamp before 1970, a
+        null header or header key), so that a bad row anywhere appends nothing."""
+        _check_rows(table)
         known = set(log.topics())
         for topic, rows in self._by_topic(table):
             if topic is None:
@@ -192,12 +198,8 @@ class EmbedlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             if "partition" not in rows.column_names:
                 groups: list[tuple[int | None, pa.Table]] = [(None, rows)]
             else:
-                pcol = rows.column("partition")
-                groups = [
-                    (p, rows.filter(pc.is_null(pcol) if p is None
-                                    else pc.fill_null(pc.equal(pcol, p), False)))
-                    for p in pc.unique(pcol).to_pylist()
-                ]
+                groups = [group for lo, hi in _null_runs(rows.column("partition"))
+                          for group in _by_partition(rows.slice(lo, hi - lo))]
             for partition, sub in groups:
                 for lo, hi in _chunks(sub):
                     _append_rows(log, topic, partition, sub.slice(lo, hi - lo))
@@ -219,6 +221,38 @@ class EmbedlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._writer.abort(messages)
+
+
+def _by_partition(rows: pa.Table) -> list[tuple[int | None, pa.Table]]:
+    """The rows of each ``partition`` value, in row order within each."""
+    pcol = rows.column("partition")
+    return [(p, rows.filter(pc.is_null(pcol) if p is None
+                            else pc.fill_null(pc.equal(pcol, p), False)))
+            for p in pc.unique(pcol).to_pylist()]
+
+
+def _null_runs(col: pa.ChunkedArray) -> list[tuple[int, int]]:
+    """Row ranges ``[lo, hi)`` where ``col`` is null throughout or set throughout. Rows with
+    no partition go where the key partitioner puts them, possibly into a partition other
+    rows name: appending run by run keeps every partition's records in row order."""
+    nulls = pc.is_null(col).to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero(nulls[1:] != nulls[:-1]) + 1).tolist(), len(nulls)]
+    return [(lo, hi) for lo, hi in itertools.pairwise(cuts) if hi > lo]
+
+
+def _check_rows(table: pa.Table) -> None:
+    """Timestamps and headers the log accepts (Kafka's producer refuses the same)."""
+    if "timestamp" in table.column_names:
+        micros = table.column("timestamp").cast(pa.int64())
+        low = pc.min(micros).as_py()
+        if low is not None and low < 0:
+            raise InvalidConfigError(
+                "timestamp: a row's timestamp is before 1970-01-01 (epoch milliseconds "
+                "must be >= 0)")
+    if "headers" in table.column_names:
+        flat = pc.list_flatten(table.column("headers"))
+        if flat.null_count or pc.struct_field(flat, [0]).null_count:
+            raise InvalidConfigError("headers: a header, or a header's key, is null")
 
 
 def _open_for_write(options: WriteOptions) -> Log:
