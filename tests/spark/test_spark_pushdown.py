@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import pytest
@@ -88,6 +89,29 @@ def test_pushdown_reader_plans_only_matching_segments(logdir: str) -> None:
         assert len(log.segments("events", 1)) > 3
     assert tasks[0].size_bytes <= seg_size  # one segment's worth, not the partition
     assert _read_all(reader, tasks) == expected_rows(logdir, ranges={("events", 1): (60, 64)})
+
+
+@pytest.mark.parametrize("pushed", [
+    [EqualTo(("partition",), 1)],
+    [EqualTo(("topic",), "events"), GreaterThan(("partition",), 0), LessThan(("partition",), 2)],
+])
+def test_offset_json_naming_partitions_the_filters_leave_out(logdir: str, pushed: Any) -> None:
+    """The JSON options name every subscribed partition (Kafka's rule); filters that leave some
+    of them out narrow the read, and never turn the JSON into an error."""
+    opts = {"path": logdir, "subscribe": "events,other",
+            "startingOffsets": '{"events": {"0": 5, "1": 7, "2": -2}, "other": {"0": -2}}',
+            "endingOffsetsByTimestamp": json.dumps(
+                {"events": dict.fromkeys("012", BASE_TS + 1000), "other": {"0": 0}})}
+    plain = EmbedlogDataSource(opts).reader(kafka_schema())
+    wanted = [r for r in _read_all(plain, plain.partitions())
+              if r["topic"] == "events" and r["partition"] == 1]
+    reader = EmbedlogDataSource({**opts, "pushFilters": "true"}).reader(kafka_schema())
+    reader.pushFilters(pushed)
+    tasks = reader.partitions()
+    # record i (timestamp BASE_TS + 10 i) is offset i // 3 of partition i % 3
+    assert [r for t in tasks for r in t.ranges] == [("events", 1, 7, 33)]
+    assert _read_all(reader, tasks) == wanted
+    assert [r["offset"] for r in wanted] == list(range(7, 33))
 
 
 def test_timestamp_lower_bound_uses_the_time_index(logdir: str) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -182,23 +182,23 @@ def resolve_offsets(
     *,
     side: Literal["start", "end"],
     strategy: Literal["error", "latest"] = "error",
+    wanted: Collection[TopicPartition] | None = None,
 ) -> dict[TopicPartition, int]:
-    """Concrete offsets of ``spec`` for every partition.
-
-    JSON specs must name exactly the selected partitions (Kafka's rule). A timestamp with no
-    record at or after it gives the log end for an ending spec; for a starting spec it fails, or
-    gives the log end with ``startingOffsetsByTimestampStrategy=latest``.
+    """Concrete offsets of ``spec`` for every partition in ``wanted`` (default: all; pushed
+    filters may leave fewer). JSON specs must name exactly the selected ``partitions`` (Kafka's
+    rule) all the same. A timestamp with no record at or after it gives the log end for an
+    ending spec; for a starting spec it fails, or gives the log end with
+    ``startingOffsetsByTimestampStrategy=latest``.
     """
-    if isinstance(spec, Earliest):
-        return {tp: log.start_offset(*tp) for tp in partitions}
-    if isinstance(spec, Latest):
-        return {tp: log.end_offset(*tp) for tp in partitions}
-    if isinstance(spec, GlobalTimestamp):
-        stamps = {tp: spec.timestamp for tp in partitions}
-        return _by_timestamp(log, stamps, spec.option, side, strategy)
-    table = _expand(spec.option, spec.offsets if isinstance(spec, PartitionOffsets)
-                    else spec.timestamps, partitions)
-    if isinstance(spec, PartitionTimestamps):
+    if isinstance(spec, Earliest | Latest | GlobalTimestamp):
+        table = dict.fromkeys(partitions, spec.timestamp if isinstance(spec, GlobalTimestamp)
+                              else EARLIEST if isinstance(spec, Earliest) else LATEST)
+    else:
+        table = _expand(spec.option, spec.offsets if isinstance(spec, PartitionOffsets)
+                        else spec.timestamps, partitions)
+    if wanted is not None:
+        table = {tp: value for tp, value in table.items() if tp in wanted}
+    if isinstance(spec, GlobalTimestamp | PartitionTimestamps):
         return _by_timestamp(log, table, spec.option, side, strategy)
     out: dict[TopicPartition, int] = {}
     for tp, value in table.items():
@@ -455,12 +455,11 @@ def plan_batch(
     """The read tasks of a batch query: every step above, with ``restrict`` (pushed filters)
     applied before splitting. An empty list when nothing is to be read."""
     tps = select_partitions(log, options.selection, strict=True)
-    if restrict is not None:
-        tps = [tp for tp in tps if restrict.wants_topic(tp[0]) and restrict.wants_partition(tp[1])]
-    starts = resolve_offsets(
-        log, tps, options.starting, side="start", strategy=options.timestamp_strategy
-    )
-    ends = resolve_offsets(log, tps, options.ending, side="end")
+    wanted = None if restrict is None else {
+        tp for tp in tps if restrict.wants_topic(tp[0]) and restrict.wants_partition(tp[1])}
+    starts = resolve_offsets(log, tps, options.starting, side="start",
+                             strategy=options.timestamp_strategy, wanted=wanted)
+    ends = resolve_offsets(log, tps, options.ending, side="end", wanted=wanted)
     ranges = offset_ranges(log, starts, ends, fail_on_data_loss=options.fail_on_data_loss)
     if restrict is not None:
         ranges = constrain(log, ranges, restrict)
