@@ -139,6 +139,9 @@ def test_rate_limit_is_proportional_and_never_starves() -> None:
     latest = {("t", 0): 600, ("t", 1): 500, ("t", 2): 6}
     assert rate_limit(begin, latest, 500) == {("t", 0): 299, ("t", 1): 299, ("t", 2): 6}
     assert rate_limit(begin, latest, 10_000) == latest
+    # offsets that went back keep their latest offset: the batch then reports the data loss
+    assert rate_limit({("t", 0): 60, ("t", 1): 0}, {("t", 0): 30, ("t", 1): 100}, 10) == {
+        ("t", 0): 30, ("t", 1): 10}
 
 
 @pytest.mark.parametrize("doc", [

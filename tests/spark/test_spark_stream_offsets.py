@@ -96,3 +96,32 @@ def test_spark_discovers_the_source_module() -> None:
 
     assert pyspark_embedlog.DefaultSource is EmbedlogDataSource
     assert EmbedlogDataSource.name() == "embedlog"
+
+
+@pytest.mark.parametrize("limit", [ReadAllAvailable(), ReadMaxRows(10)])
+def test_offsets_that_went_back_are_data_loss_not_a_silent_wait(
+        logdir: str, limit: Any) -> None:
+    """A checkpointed offset past the partition's end now (the topic deleted and created
+    again) fails the next batch with failOnDataLoss=true -- the stream neither waits for the
+    log to get back there nor then skips the records before it -- and with
+    failOnDataLoss=false continues from the new end, as Kafka's source does."""
+    checkpoint = {"s": {"0": 60, "1": 40}}
+    with embedlog.open(logdir) as log:
+        log.delete_topic("s")
+        log.create_topic("s", partitions=2)
+        log.append_batch("s", [b"new"] * 30, partition=0)
+        log.append_batch("s", [b"new"] * 50, partition=1)
+    strict = stream_reader(logdir, subscribe="s")
+    end = strict.latestOffset(checkpoint, limit)
+    assert end["s"]["0"] == 30
+    with pytest.raises(OffsetOutOfRangeError, match="went back from 60 to 30"):
+        strict.partitions(checkpoint, end)
+    lenient = stream_reader(logdir, subscribe="s", failOnDataLoss="false")
+    end = lenient.latestOffset(checkpoint, limit)
+    assert end == {"s": {"0": 30, "1": 50}}
+    assert [r for t in lenient.partitions(checkpoint, end) for r in t.ranges] == [
+        ("s", 1, 40, 50)]
+    with embedlog.open(logdir) as log:
+        log.append_batch("s", [b"more"] * 5, partition=0)
+    nxt = lenient.latestOffset(end, ReadAllAvailable())
+    assert [r for t in lenient.partitions(end, nxt) for r in t.ranges] == [("s", 0, 30, 35)]

@@ -8,7 +8,8 @@ since the last admitted batch, or since the query started) and ``Trigger.Availab
 offsets at start are the target; later records wait for the next run). Partitions that appear
 during a query start at their earliest offset. A checkpointed offset that retention has since
 removed fails the query unless ``failOnDataLoss=false``, in which case reading resumes at the log
-start.
+start; so does one past the partition's end (the topic deleted and created again), in which case
+reading resumes at the new end, as in Kafka's source.
 
 The initial offsets (``startingOffsets``, ``latest`` by default) are resolved once, on the first
 ``initialOffset`` call, and then kept: Spark may ask again before the first batch is written to
@@ -104,7 +105,8 @@ def offsets_from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
 def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
                max_offsets: int) -> Offsets:
     """End offsets admitting about ``max_offsets`` offsets, shared in proportion to each
-    partition's backlog; a partition with a backlog always gets at least one."""
+    partition's backlog; a partition with a backlog always gets at least one, one without
+    gets its latest offset (below ``begin`` if its offsets went back: Kafka's ``rateLimit``)."""
     backlog = {tp: max(0, latest[tp] - begin[tp]) for tp in latest}
     total = sum(backlog.values())
     if total <= max_offsets:
@@ -113,7 +115,7 @@ def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartiti
     for tp, size in backlog.items():
         share = max_offsets * size / total
         take = math.ceil(share) if share < 1 else math.floor(share)
-        out[tp] = begin[tp] + min(size, take)
+        out[tp] = begin[tp] + min(size, take) if size else latest[tp]
     return out
 
 
@@ -193,14 +195,17 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin[tp] = self._view.start_offset(*tp)
         if self._target is not None:  # availableNow: never past the target, nothing new
             latest = {tp: min(off, self._target.get(tp, begin[tp])) for tp, off in latest.items()}
-        latest = {tp: max(off, begin[tp]) for tp, off in latest.items()}
+        # A latest offset below ``begin`` (the topic recreated, the log truncated, a starting
+        # offset past the end) is kept as it is: ``partitions`` reports it as data loss, as
+        # Kafka's source does, instead of the stream waiting silently for the log to get back
+        # to ``begin`` and skipping what came before.
         end = self._admit(begin, latest, limit)
         merged = dict(begin)  # keep partitions no longer selected exactly as they were
         merged.update(end)
         return offsets_to_json(merged)
 
     def _admit(self, begin: Offsets, latest: Offsets, limit: ReadLimit) -> Offsets:
-        available = sum(latest[tp] - begin[tp] for tp in latest)
+        available = sum(max(0, latest[tp] - begin[tp]) for tp in latest)
         min_rows = self.options.min_offsets_per_trigger
         if isinstance(limit, ReadMinRows):
             min_rows = limit.min_rows
