@@ -22,6 +22,7 @@ import embedlog
 from embedlog.errors import (
     CorruptCheckpointError,
     InvalidConfigError,
+    OffsetOutOfRangeError,
     UsageError,
     WriterLockedError,
 )
@@ -29,6 +30,7 @@ from embedlog.segment import format as fmt
 from embedlog.spark.catalog import FolderView
 from embedlog.spark.options import parse_read_options, parse_write_options
 from embedlog.spark.planning import OPEN_COST_BYTES, OffsetRange, pack, plan_batch
+from embedlog.spark.scan import ReadTask
 from embedlog.spark.schema import kafka_schema
 from embedlog.spark.source import EmbedlogDataSource
 from embedlog.spark.stream import EmbedlogStreamReader, source_metrics
@@ -276,8 +278,56 @@ def test_read_committed_drops_aborted_records(tmp_path: Any) -> None:
     committed = {"kafka.isolation.level": "read_committed"}
     assert values(endingOffsets='{"t": {"0": 6}}', **committed) == [
         b"plain-1", b"A1", b"plain-2"]
+    # "latest" is the last stable offset (6: C1 is still open), as for a read_committed consumer
+    assert values(**committed) == [b"plain-1", b"A1", b"plain-2"]
+    with pytest.raises(OffsetOutOfRangeError, match="last stable offset"):
+        values(endingOffsets='{"t": {"0": 7}}', **committed)
+    # a task planned past it (the transaction was open when it ran) fails rather than skip
+    reader = EmbedlogDataSource({"path": path, "subscribe": "t", **committed}).reader(
+        kafka_schema())
+    task = ReadTask(path, (("t", 0, 5, 7),), read_committed=True)
     with pytest.raises(UsageError, match="transaction still open"):
-        values(**committed)
+        list(reader.read(task))
+
+
+def test_read_committed_stream_waits_for_open_transactions(tmp_path: Any) -> None:
+    """Each trigger of a read_committed stream ends at the last stable offset: a transaction
+    open at a trigger is read by a later one, once decided -- no task fails, no record is read
+    twice or skipped, aborted ones never."""
+    path = str(tmp_path / "log")
+    _txn_log(path)  # offsets 0-5 decided, C1 (producer 3) open at 6
+    opts = {"path": path, "subscribe": "t", "startingOffsets": "earliest",
+            "kafka.isolation.level": "read_committed"}
+    reader = EmbedlogDataSource(opts).streamReader(kafka_schema())
+
+    def trigger(start: Any) -> tuple[Any, list[tuple[int, bytes]]]:
+        end = reader.latestOffset(start, ReadAllAvailable())
+        got = [(r["offset"], r["value"]) for t in reader.partitions(start, end)
+               for b in reader.read(t) for r in b.to_pylist()]
+        return end, got
+
+    start = reader.initialOffset()
+    end, got = trigger(start)
+    assert end == {"t": {"0": 6}}
+    assert got == [(0, b"plain-1"), (1, b"A1"), (5, b"plain-2")]
+    txn = {"producer_epoch": 0, "is_transactional": True, "timestamps": 0}
+    with embedlog.open(path) as log:
+        log.append("t", b"plain-3")                                              # 7
+        log._append_encoded("t", 0, bytearray(fmt.encode_batch(                 # 8
+            [b"D1"], producer_id=4, base_sequence=0, **txn)))
+        key, value = fmt.control_record(fmt.CONTROL_COMMIT)
+        log._append_encoded("t", 0, bytearray(fmt.encode_batch(                 # 9
+            [value], keys=[key], producer_id=3, is_control=True, **txn)))
+    end2, got = trigger(end)  # C1 committed; D1 (producer 4) now open at 8
+    assert end2 == {"t": {"0": 8}}
+    assert got == [(6, b"C1"), (7, b"plain-3")]
+    with embedlog.open(path) as log:
+        key, value = fmt.control_record(fmt.CONTROL_ABORT)
+        log._append_encoded("t", 0, bytearray(fmt.encode_batch(                 # 10
+            [value], keys=[key], producer_id=4, is_control=True, **txn)))
+        log.append("t", b"plain-4")                                              # 11
+    end3, got = trigger(end2)
+    assert end3 == {"t": {"0": 12}} and got == [(11, b"plain-4")]
 
 
 # -- writes ------------------------------------------------------------------------------------

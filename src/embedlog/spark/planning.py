@@ -310,7 +310,7 @@ def _check_bound(
         why = (
             "records below it were deleted (retention, delete_records or compaction)"
             if offset < lo
-            else "it is beyond the log end"
+            else "it is beyond the log end (read_committed: its last stable offset)"
         )
         raise OffsetOutOfRangeError(
             f"{which} offset {offset} for {tp[0]}-{tp[1]} is outside the log's range "

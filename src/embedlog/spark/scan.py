@@ -12,8 +12,9 @@ few of them open for the next task.
 
 With ``read_committed`` the batches go through :class:`embedlog.transactions.CommittedFilter`
 (the storage-side transaction filter every reader shares): records of aborted transactions are
-dropped. A range reaching into a transaction that is still open when the task runs fails the
-task rather than silently skipping the withheld records.
+dropped. Planning ends ranges at last stable offsets (:mod:`embedlog.spark.stable`); a range
+that still reaches into a transaction open when the task runs (one not planned that way) fails
+the task rather than silently skipping the withheld records.
 """
 
 from __future__ import annotations

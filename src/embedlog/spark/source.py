@@ -34,9 +34,9 @@ from .options import (
 )
 from .planning import RangeFilter, plan_batch
 from .pushdown import push_filters
-from .remote_view import open_view
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, kafka_schema, resolve_columns
+from .stable import planning_view
 
 __all__ = ["EmbedlogDataSource", "EmbedlogPushdownReader", "EmbedlogReader"]
 
@@ -101,7 +101,11 @@ class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[InputPartition]:
         if self._planned is None:
             opts = self.options
-            planned = plan_batch(open_view(opts.path), opts, self._restrict())
+            view = planning_view(opts.path, opts.read_committed)
+            try:
+                planned = plan_batch(view, opts, self._restrict())
+            finally:
+                view.close()
             self._planned = make_tasks(opts.path, planned,
                                        fail_on_data_loss=opts.fail_on_data_loss,
                                        read_committed=opts.read_committed)

@@ -59,9 +59,9 @@ from .planning import (
     resolve_offsets,
     select_partitions,
 )
-from .remote_view import open_view
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, resolve_columns
+from .stable import planning_view
 
 __all__ = [
     "EmbedlogStreamReader",
@@ -151,7 +151,7 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self.columns = resolve_columns(schema)
         self._clock = clock
-        self._view = open_view(options.path)
+        self._view = planning_view(options.path, options.read_committed)
         self._initial: dict[str, dict[str, int]] | None = None
         self._target: Offsets | None = None
         self._last_admitted = clock()
