@@ -42,6 +42,7 @@ from .errors import (
     RecordTooLargeError,
     StorageError,
     TopicExistsError,
+    TransactionStateError,
     UnknownTopicError,
     UnsupportedFormatError,
     UsageError,
@@ -53,6 +54,7 @@ from .partition import SegmentInfo
 from .producer import Producer
 from .records import Header, Record, RecordBatch, RecordMetadata, TopicPartition
 from .segment._native import codec_implementation
+from .txn_admin import HangingTransaction, ProducerInfo
 from .txn_producer import TransactionalProducer
 from .upkeep import UpkeepRun
 
@@ -69,6 +71,7 @@ __all__ = [
     "Durability",
     "EmbedlogError",
     "GroupError",
+    "HangingTransaction",
     "Header",
     "InheritedLogError",
     "InvalidArgumentError",
@@ -84,6 +87,7 @@ __all__ = [
     "PartitionQuarantinedError",
     "Producer",
     "ProducerFencedError",
+    "ProducerInfo",
     "ReadOnlyError",
     "Record",
     "RecordBatch",
@@ -94,6 +98,7 @@ __all__ = [
     "TopicConfig",
     "TopicExistsError",
     "TopicPartition",
+    "TransactionStateError",
     "TransactionalProducer",
     "UnknownTopicError",
     "UnsupportedFormatError",

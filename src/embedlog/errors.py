@@ -38,6 +38,7 @@ __all__ = [
     "RecordTooLargeError",
     "StorageError",
     "TopicExistsError",
+    "TransactionStateError",
     "UnknownTopicError",
     "UnsupportedFormatError",
     "UsageError",
@@ -124,6 +125,12 @@ class ProducerFencedError(UsageError):
 class OutOfOrderSequenceError(UsageError):
     """An idempotent producer's batch does not continue its sequence numbers (a gap or a stale
     retry that is not one of the producer's last batches)."""
+
+
+class TransactionStateError(UsageError):
+    """A transaction cannot be changed as asked: no transaction is open at the given offset of
+    the partition, or the coordinator still has it ongoing (its producer, or its
+    ``transaction.timeout.ms``, ends it)."""
 
 
 class StorageError(EmbedlogError, OSError):

@@ -8,8 +8,8 @@ segments as they appear, and also opens a plain Kafka log directory (topics disc
 ``<topic>-<partition>`` folder names).
 
 The folder's lifecycle (writer lock, recovery on open, close, forks, finding a topic's
-partition, the transaction coordinator) is :class:`~embedlog.log_folder.LogFolder`'s, which
-``Log`` extends with the public calls: topics, append, read, deletion, compaction, clients.
+partition, the transaction coordinator) is :class:`~embedlog.log_folder.LogFolder`'s; ``Log``
+adds the public calls (hanging transactions: :mod:`~embedlog.txn_admin`) on top.
 
 A ``Log`` is safe to share between threads: appends to one partition are serialised by that
 partition's lock; reads run concurrently. It is not usable across ``fork()``
@@ -31,7 +31,6 @@ from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
 from .config import TopicConfig
 from .errors import UsageError
-from .log_folder import LogFolder
 from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
 from .naming import validate_topic
 from .partition import Partition, SegmentInfo
@@ -44,6 +43,7 @@ from .segment.codecs import Compression
 from .tiering.upload import drop_below
 from .tiering.upload import enforce_retention as tiered_retention
 from .topics import Topic
+from .txn_admin import TransactionAdmin
 from .upkeep import Upkeep
 
 R = TypeVar("R", bound=Sized)
@@ -55,7 +55,7 @@ __all__ = ["LOG_START", "METADATA", "RECOVERY_POINT", "Durability", "Log", "open
            "parse_metadata"]
 
 
-class Log(LogFolder):
+class Log(TransactionAdmin):
     """An open log directory. Use :func:`embedlog.open` to get one."""
 
     def __init__(

@@ -301,6 +301,22 @@ class TxnCoordinator:
         if self._changed:
             self._persist()
 
+    def expire(self) -> None:
+        """Abort (and fence) the transactions open past their timeout, and forget the ids idle
+        past ``transactional.id.expiration.ms``, now (any use of the coordinator does)."""
+        with self.lock:
+            self._expire()
+
+    def ongoing(self, producer_id: int, epoch: int) -> str | None:
+        """The transactional id whose transaction of ``producer_id``/``epoch`` is not complete
+        (``Ongoing`` or ``Prepare*``), else ``None``."""
+        with self.lock:
+            for tid, entry in self.entries.items():
+                if (entry.producer_id, entry.epoch) == (producer_id, epoch) \
+                        and entry.state not in _IDLE:
+                    return tid
+            return None
+
     def _ongoing(self, tid: str, entry: TxnEntry) -> None:
         if entry.state != "Ongoing":
             entry.state, entry.started_ms = "Ongoing", self.log.clock()

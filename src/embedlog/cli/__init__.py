@@ -18,10 +18,11 @@ from .perf import perf_test
 from .produce import produce
 from .recover import recover
 from .topics import topics
+from .transactions import transactions
 from .verify import verify
 
 __all__ = ["cli", "main"]
 
 for _command in (topics, produce, consume, dump_log, get_offsets, delete_records,
-                 groups, compact, cleanup, verify, recover, perf_test, demo):
+                 groups, transactions, compact, cleanup, verify, recover, perf_test, demo):
     cli.add_command(_command)

@@ -1,0 +1,196 @@
+"""Finding and aborting hanging transactions (Kafka's KIP-664: ``kafka-transactions.sh``
+``describe-producers``, ``find-hanging``, ``abort``).
+
+A transaction is *hanging* in a partition when the partition's producer state
+(:class:`~embedlog.producer_state.ProducerStateTable`) still has it open -- data written, no
+COMMIT/ABORT marker after it -- while nothing will ever write that marker: the transaction
+coordinator (:mod:`embedlog.txn_coordinator`) has no ongoing transaction of that producer id and
+epoch. It happens when damage makes recovery cut a marker off the active segment's tail: the
+coordinator recorded the transaction complete, so it never writes the marker again, and the
+partition's last stable offset stays below the transaction for good (``read_committed`` readers
+never pass it), even after its transactional id is initialised again.
+
+:class:`TransactionAdmin` (what :class:`~embedlog.Log` extends; the writer's calls only, since
+the producer state is the writer's):
+
+* :meth:`~TransactionAdmin.describe_producers`: a partition's producers as its state holds them
+  (:class:`ProducerInfo`), with the first offset of each one's open transaction;
+* :meth:`~TransactionAdmin.find_hanging_transactions`: the open transactions the coordinator
+  has no ongoing transaction for, and (given a maximum transaction timeout) those whose
+  producer wrote nothing to the partition for longer than it (Kafka measures a transaction's
+  duration from its producer's last write too) -- :class:`HangingTransaction`;
+* :meth:`~TransactionAdmin.abort_transaction`: appends an ABORT marker of the producer id and
+  epoch of the transaction open at a start offset (its ``.txnindex`` entry comes with it,
+  :func:`~embedlog.txn_coordinator.write_marker`) and fsyncs it. Its records become aborted,
+  the last stable offset moves past the marker. Refused
+  (:class:`~embedlog.errors.TransactionStateError`) when no transaction is open at that offset,
+  or when the coordinator still has that producer id and epoch's transaction ongoing (after
+  aborting those past their timeout): its producer, or its ``transaction.timeout.ms``, ends it.
+
+Locks: the coordinator's lock, then the partition's (the coordinator's own order: it writes
+markers under its lock), so no producer of the id records or writes anything between the check
+and the marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from . import _validate
+from .errors import TransactionStateError
+from .log_folder import LogFolder
+from .partition import Partition
+from .txn_coordinator import TxnCoordinator, write_marker
+
+__all__ = ["HangingTransaction", "ProducerInfo", "TransactionAdmin"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One producer id of a partition as its producer state holds it (a row of Kafka's
+    ``describe-producers``)."""
+
+    producer_id: int
+    epoch: int
+    """The newest epoch the producer id wrote to the partition with."""
+    last_sequence: int
+    """Its last batch's last sequence number (-1: none, e.g. only markers)."""
+    last_timestamp: int
+    """Its last write to the partition, epoch milliseconds (the clock at the append, or the
+    batch's max timestamp when the state was rebuilt from the log)."""
+    coordinator_epoch: int
+    """As a Kafka producer snapshot recorded it (-1: none)."""
+    txn_start_offset: int | None
+    """The first offset of its open transaction; ``None`` when none is open."""
+
+
+@dataclass(frozen=True, slots=True)
+class HangingTransaction:
+    """A transaction open in a partition that nothing will end (a row of Kafka's
+    ``find-hanging``). ``reason``: ``"no-ongoing-transaction"`` (the coordinator has no
+    ongoing transaction of this producer id and epoch) or ``"timed-out"`` (it has one, but the
+    producer wrote nothing here for longer than the maximum transaction timeout given)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    epoch: int
+    start_offset: int
+    last_timestamp: int
+    duration_ms: int
+    """Since the producer's last write to the partition (``now - last_timestamp``)."""
+    reason: Literal["no-ongoing-transaction", "timed-out"]
+
+
+class TransactionAdmin(LogFolder):
+    """The hanging-transaction calls of a :class:`~embedlog.Log` (module notes)."""
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerInfo]:
+        """The producers of a partition's producer state, by producer id: epoch, last
+        sequence, last write and the first offset of the open transaction (writer only)."""
+        self._check_writer()
+        p = self._partition_of(topic, partition)
+        with p.lock:
+            return _producers(p)
+
+    def find_hanging_transactions(
+        self, topic: str | None = None, partitions: Sequence[int] | None = None, *,
+        max_transaction_timeout_ms: int | None = None,
+    ) -> list[HangingTransaction]:
+        """The hanging transactions of ``topic``'s ``partitions`` (default: every partition;
+        every topic when ``topic`` is ``None``): open in the partition while the coordinator
+        has no ongoing transaction of their producer id and epoch, or, when
+        ``max_transaction_timeout_ms`` is given, open with no write by their producer for
+        longer than it. Changes nothing (writer only)."""
+        self._check_writer()
+        if max_transaction_timeout_ms is not None:
+            _validate.count(max_transaction_timeout_ms, "max_transaction_timeout_ms", 0)
+        found: list[HangingTransaction] = []
+        for name in sorted(self._topics.by_name) if topic is None else [topic]:
+            count = len(self._topic(name).partitions)
+            chosen = range(count) if partitions is None else partitions
+            for index in chosen:
+                p = self._partition_of(name, index)
+                found.extend(self._hanging_in(p, max_transaction_timeout_ms))
+        return found
+
+    def _hanging_in(self, p: Partition, max_ms: int | None) -> Iterator[HangingTransaction]:
+        coordinator = self._coordinator()
+        now = self.clock()
+        with p.lock:
+            infos = _producers(p)
+        for info in infos:
+            if info.txn_start_offset is None:
+                continue
+            live = coordinator is not None and \
+                coordinator.ongoing(info.producer_id, info.epoch) is not None
+            duration = now - info.last_timestamp
+            if live and (max_ms is None or duration <= max_ms):
+                continue
+            yield HangingTransaction(
+                p.topic, p.partition, info.producer_id, info.epoch, info.txn_start_offset,
+                info.last_timestamp, duration, "timed-out" if live else "no-ongoing-transaction")
+
+    def abort_transaction(self, topic: str, partition: int, start_offset: int) -> ProducerInfo:
+        """Abort the transaction open at ``start_offset`` of the partition: append an ABORT
+        marker of its producer id and epoch (with its ``.txnindex`` entry) and make it durable.
+        Returns the producer as it was before. Raises
+        :class:`~embedlog.errors.TransactionStateError` when no transaction is open at that
+        offset or the coordinator still has that producer's transaction ongoing (module
+        notes; writer only)."""
+        self._check_writer()
+        _validate.offset(start_offset, "start_offset")
+        p = self._partition_of(topic, partition)
+        coordinator = self._coordinator()
+        with _locked(coordinator):
+            if coordinator is not None:
+                coordinator.expire()  # what timed out is aborted first
+            with p.lock:
+                info = _open_at(p, start_offset)
+                tid = None if coordinator is None else \
+                    coordinator.ongoing(info.producer_id, info.epoch)
+                if tid is not None:
+                    raise TransactionStateError(
+                        f"{topic}-{partition}: the transaction open at offset {start_offset} "
+                        f"(producer {info.producer_id} epoch {info.epoch}) is ongoing for "
+                        f"transactional id {tid!r}: its producer, or its timeout, ends it")
+                write_marker(p, info.producer_id, info.epoch, False, self.clock())
+            p.sync()
+        return info
+
+    def _coordinator(self) -> TxnCoordinator | None:
+        """The coordinator, if the log has one (opened at the writer's open when its state
+        file exists, or since by a transactional producer); none is created here."""
+        with self._lock:
+            return self._txn
+
+
+@contextlib.contextmanager
+def _locked(coordinator: TxnCoordinator | None) -> Iterator[None]:
+    if coordinator is None:
+        yield
+        return
+    with coordinator.lock:
+        yield
+
+
+def _producers(p: Partition) -> list[ProducerInfo]:
+    """The producers of ``p``'s state, by producer id (caller holds ``p.lock``)."""
+    state = p.producer_states()
+    return [ProducerInfo(pid, e.epoch, e.last_sequence, e.last_ms, e.coordinator_epoch,
+                         state.txns.open.get(pid))
+            for pid, e in sorted(state.entries.items())]
+
+
+def _open_at(p: Partition, start_offset: int) -> ProducerInfo:
+    """The producer whose open transaction starts at ``start_offset`` (caller holds
+    ``p.lock``); :class:`TransactionStateError` if none."""
+    for info in _producers(p):
+        if info.txn_start_offset == start_offset:
+            return info
+    raise TransactionStateError(
+        f"{p.topic}-{p.partition}: no transaction is open at offset {start_offset} "
+        "(embedlog transactions describe-producers lists the open ones)")

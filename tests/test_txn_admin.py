@@ -1,0 +1,199 @@
+"""Hanging transactions (KIP-664): a COMMIT marker that damage made recovery cut off the active
+segment's tail leaves its transaction open in the partition for good; ``find_hanging_transactions``
+lists it, ``abort_transaction`` ends it with an ABORT marker, and refuses anything else."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+
+import pytest
+from click.testing import CliRunner
+
+import embedlog
+from embedlog import HangingTransaction, ProducerInfo, TopicPartition, TransactionStateError
+from embedlog.cli import cli
+from embedlog.naming import CLEAN_SHUTDOWN_FILE
+
+TP = TopicPartition("t", 0)
+
+
+def committed_values(log: embedlog.Log) -> list[bytes | None]:
+    consumer = log.consumer("t", isolation_level="read_committed")
+    got: list[bytes | None] = []
+    while batch := consumer.poll(max_records=100):
+        got += [r.value for r in batch]
+    consumer.close()
+    return got
+
+
+def transaction(producer: embedlog.TransactionalProducer, name: str, n: int, *,
+                commit: bool = True) -> list[bytes]:
+    values = [b"%s-%d" % (name.encode(), i) for i in range(n)]
+    producer.begin_transaction()
+    for v in values:
+        producer.send("t", v, partition=0)
+    if commit:
+        producer.commit_transaction()
+    else:
+        producer.abort_transaction()
+    return values
+
+
+def open_transaction(log: embedlog.Log, value: bytes, timeout_ms: int
+                     ) -> embedlog.TransactionalProducer:
+    """A producer of transactional id ``tx`` with ``value`` written in its open transaction."""
+    log.create_topic("t")
+    p: embedlog.TransactionalProducer = log.producer(transactional_id="tx",
+                                                     transaction_timeout_ms=timeout_ms)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value, partition=0)
+    p.flush()
+    return p
+
+
+def hang(path: pathlib.Path) -> tuple[list[bytes], int]:
+    """A log whose last transaction's COMMIT marker is cut by damage: the values read_committed
+    must return once it is aborted, and the hanging transaction's first offset."""
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+        p = log.producer(transactional_id="tx")
+        p.init_transactions()
+        kept = transaction(p, "a", 3)
+        transaction(p, "b", 2, commit=False)
+        log.append("t", b"plain", partition=0)
+        kept.append(b"plain")
+        start = log.end_offset("t", 0)
+        transaction(p, "c", 3)  # its marker is the partition's last batch
+        p.close()
+        assert committed_values(log)[-3:] == [b"c-0", b"c-1", b"c-2"]
+    active = sorted((path / "t-0").glob("*.log"))[-1]
+    os.truncate(active, active.stat().st_size - 5)  # the marker torn: recovery cuts it
+    (path / CLEAN_SHUTDOWN_FILE).unlink()
+    return kept, start
+
+
+def test_a_cut_marker_hangs_until_aborted(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "log"
+    kept, start = hang(path)
+    with embedlog.open(path) as log:
+        end = log.end_offset("t", 0)
+        assert end == start + 3 and not log.quarantined()
+        assert log.last_stable_offset("t", 0) == start
+        p = log.producer(transactional_id="tx")
+        p.init_transactions()  # a new epoch: the coordinator has nothing ongoing
+        assert log.last_stable_offset("t", 0) == start
+        [info] = log.describe_producers("t", 0)
+        assert (info.epoch, info.txn_start_offset) == (0, start)
+        [hanging] = log.find_hanging_transactions()
+        assert hanging == HangingTransaction("t", 0, info.producer_id, 0, start,
+                                             info.last_timestamp, hanging.duration_ms,
+                                             "no-ongoing-transaction")
+        assert log.find_hanging_transactions("t", [0]) == [hanging]
+        assert log.abort_transaction("t", 0, start) == info
+        assert log.last_stable_offset("t", 0) == end + 1 == log.end_offset("t", 0)
+        assert log.find_hanging_transactions() == []
+        assert log.describe_producers("t", 0)[0].txn_start_offset is None
+        assert committed_values(log) == kept
+        later = transaction(p, "d", 2)  # the re-initialised producer goes on
+        p.close()
+        assert committed_values(log) == kept + later
+    txnindex = (path / "t-0" / f"{0:020d}.txnindex").read_bytes()
+    entries = [struct.unpack_from(">hqqqq", txnindex, i) for i in range(0, len(txnindex), 34)]
+    assert entries[-1][1:4] == (info.producer_id, start, end)
+    with embedlog.open(path) as log:  # the abort is durable
+        assert log.last_stable_offset("t", 0) == log.end_offset("t", 0)
+        assert log.find_hanging_transactions() == []
+        assert committed_values(log) == kept + later
+
+
+def test_a_live_transaction_is_not_hanging_nor_aborted(tmp_path: pathlib.Path) -> None:
+    now = [1_000_000]
+    with embedlog.Log(tmp_path / "log", clock=lambda: now[0]) as log:
+        p = open_transaction(log, b"open", 600_000)
+        assert log.find_hanging_transactions() == []
+        now[0] += 120_000
+        assert log.find_hanging_transactions(max_transaction_timeout_ms=60_000) == [
+            HangingTransaction("t", 0, p.producer_id, p.producer_epoch, 0, 1_000_000, 120_000,
+                               "timed-out")]
+        with pytest.raises(TransactionStateError, match="ongoing for transactional id 'tx'"):
+            log.abort_transaction("t", 0, 0)
+        assert log.last_stable_offset("t", 0) == 0
+        p.commit_transaction()
+        assert committed_values(log) == [b"open"]
+        p.close()
+
+
+def test_a_timed_out_transaction_is_aborted_by_the_coordinator_first(
+        tmp_path: pathlib.Path) -> None:
+    now = [1_000_000]
+    with embedlog.Log(tmp_path / "log", clock=lambda: now[0]) as log:
+        p = open_transaction(log, b"late", 1_000)
+        now[0] += 5_000
+        with pytest.raises(TransactionStateError, match="no transaction is open at offset 0"):
+            log.abort_transaction("t", 0, 0)  # the timeout aborted it: one marker, not two
+        assert log.end_offset("t", 0) == log.last_stable_offset("t", 0) == 2
+        assert committed_values(log) == []
+        with pytest.raises(embedlog.ProducerFencedError):
+            p.commit_transaction()
+
+
+def test_refusals(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "log"
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+        log.append("t", b"plain", partition=0)
+        with pytest.raises(TransactionStateError, match="no transaction is open at offset 0"):
+            log.abort_transaction("t", 0, 0)
+        assert log.describe_producers("t", 0) == []
+        with pytest.raises(embedlog.UnknownTopicError):
+            log.abort_transaction("nope", 0, 0)
+        with pytest.raises(embedlog.OffsetOutOfRangeError):
+            log.abort_transaction("t", 0, -1)
+        with pytest.raises(embedlog.ArgumentOutOfRangeError):
+            log.find_hanging_transactions(max_transaction_timeout_ms=-1)
+        assert log.end_offset("t", 0) == 1
+    hang(tmp_path / "hanging")
+    with embedlog.open(tmp_path / "hanging", read_only=True) as reader:
+        for call in (lambda: reader.describe_producers("t", 0),
+                     reader.find_hanging_transactions,
+                     lambda: reader.abort_transaction("t", 0, 4)):
+            with pytest.raises(embedlog.ReadOnlyError):
+                call()
+
+
+def test_cli_round_trip(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "log"
+    kept, start = hang(path)
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(path)})
+
+    def run(*args: str, code: int = 0) -> str:
+        result = runner.invoke(cli, ["transactions", *args], prog_name="embedlog")
+        assert result.exit_code == code, result.output
+        return result.output
+
+    [row] = json.loads(run("describe-producers", "--topic", "t", "--partition", "0", "--json"))
+    assert row["txn_start_offset"] == start and row["epoch"] == 0
+    text = run("find-hanging", "--topic", "t")
+    assert "StartOffset" in text and f"  {start}  " in text
+    [hanging] = json.loads(run("find-hanging", "--json", "--max-transaction-timeout", "15"))
+    assert (hanging["topic"], hanging["start_offset"]) == ("t", start)
+    assert "no transaction is open at offset" in run(
+        "abort", "--topic", "t", "--partition", "0", "--start-offset", str(start - 1), code=1)
+    done = json.loads(run("abort", "--topic", "t", "--partition", "0", "--start-offset",
+                          str(start), "--json"))
+    assert done == {"topic": "t", "partition": 0, "producer_id": row["producer_id"],
+                    "epoch": 0, "start_offset": start, "last_stable_offset": start + 4}
+    assert json.loads(run("find-hanging", "--json")) == []
+    assert "--partition needs --topic" in run("find-hanging", "--partition", "0", code=2)
+    with embedlog.open(path, read_only=True) as log:
+        assert log.last_stable_offset("t", 0) == log.end_offset("t", 0)
+        assert committed_values(log) == kept
+
+
+def test_exports() -> None:
+    assert ProducerInfo.__doc__ and HangingTransaction.__doc__
+    assert issubclass(TransactionStateError, embedlog.UsageError)
