@@ -155,6 +155,12 @@ def test_refusals(tmp_path: pathlib.Path) -> None:
             log.abort_transaction("t", 0, -1)
         with pytest.raises(embedlog.ArgumentOutOfRangeError):
             log.find_hanging_transactions(max_transaction_timeout_ms=-1)
+        with pytest.raises(embedlog.UsageError, match="partitions need a topic"):
+            log.find_hanging_transactions(partitions=[0])
+        with pytest.raises(embedlog.InvalidArgumentError):
+            log.find_hanging_transactions("t", 0)  # type: ignore[arg-type]
+        with pytest.raises(embedlog.UnknownTopicError):
+            log.find_hanging_transactions("t", [1])
         assert log.end_offset("t", 0) == 1
     hang(tmp_path / "hanging")
     with embedlog.open(tmp_path / "hanging", read_only=True) as reader:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import _validate
-from .errors import TransactionStateError
+from .errors import TransactionStateError, UsageError
 from .log_folder import LogFolder
 from .partition import Partition
 from .txn_coordinator import TxnCoordinator, write_marker
@@ -101,18 +101,19 @@ class TransactionAdmin(LogFolder):
         max_transaction_timeout_ms: int | None = None,
     ) -> list[HangingTransaction]:
         """The hanging transactions of ``topic``'s ``partitions`` (default: every partition;
-        every topic when ``topic`` is ``None``): open in the partition while the coordinator
-        has no ongoing transaction of their producer id and epoch, or, when
-        ``max_transaction_timeout_ms`` is given, open with no write by their producer for
-        longer than it. Changes nothing (writer only)."""
+        every topic when ``topic`` is ``None``, which takes no ``partitions``): open in the
+        partition while the coordinator has no ongoing transaction of their producer id and
+        epoch, or, when ``max_transaction_timeout_ms`` is given, open with no write by their
+        producer for longer than it. Changes nothing (writer only)."""
         self._check_writer()
         if max_transaction_timeout_ms is not None:
             _validate.count(max_transaction_timeout_ms, "max_transaction_timeout_ms", 0)
+        chosen = None if partitions is None else _validate.listed(partitions, of="int")
+        if chosen is not None and topic is None:
+            raise UsageError("find_hanging_transactions: partitions need a topic")
         found: list[HangingTransaction] = []
         for name in sorted(self._topics.by_name) if topic is None else [topic]:
-            count = len(self._topic(name).partitions)
-            chosen = range(count) if partitions is None else partitions
-            for index in chosen:
+            for index in range(len(self._topic(name).partitions)) if chosen is None else chosen:
                 p = self._partition_of(name, index)
                 found.extend(self._hanging_in(p, max_transaction_timeout_ms))
         return found
