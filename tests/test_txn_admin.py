@@ -116,6 +116,10 @@ def test_a_cut_marker_hangs_until_aborted(tmp_path: pathlib.Path) -> None:
         assert log.last_stable_offset("t", 0) == log.end_offset("t", 0)
         assert log.find_hanging_transactions() == []
         assert committed_values(log) == kept + later
+    pytest.importorskip("pyarrow")
+    with embedlog.open(path, read_only=True) as reader:  # what Arrow (and Spark) read too
+        table = reader.read_table("t", isolation_level="read_committed")
+        assert table.column("value").to_pylist() == kept + later
 
 
 def test_a_live_transaction_is_not_hanging_nor_aborted(tmp_path: pathlib.Path) -> None:
