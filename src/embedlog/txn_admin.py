@@ -111,8 +111,10 @@ class TransactionAdmin(LogFolder):
         chosen = None if partitions is None else _validate.listed(partitions, of="int")
         if chosen is not None and topic is None:
             raise UsageError("find_hanging_transactions: partitions need a topic")
+        with self._lock:  # topic changes
+            names = sorted(self._topics.by_name) if topic is None else [topic]
         found: list[HangingTransaction] = []
-        for name in sorted(self._topics.by_name) if topic is None else [topic]:
+        for name in names:
             for index in range(len(self._topic(name).partitions)) if chosen is None else chosen:
                 p = self._partition_of(name, index)
                 found.extend(self._hanging_in(p, max_transaction_timeout_ms))
