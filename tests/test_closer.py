@@ -71,3 +71,31 @@ def test_compacted_away_segments_leave_no_open_descriptor(tmp_path: os.PathLike[
     while _open_fds_to_deleted() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _open_fds_to_deleted() == []
+
+
+
+def test_a_view_keeps_no_descriptor_of_segments_the_writer_deleted(
+        tmp_path: os.PathLike[str]) -> None:
+    """A read-only view whose consumer had a segment's files open, when the writer deletes
+    it under the read (``delete_records``), drops the segment at its next listing and
+    releases its descriptors (unless in use right then): none is left once the view is
+    closed, though the segment is referenced nowhere the view can reach."""
+    mine = str(tmp_path)
+    with embedlog.open(mine, upkeep=False) as log:
+        log.create_topic("t", config={"segment.bytes": 1024})
+        for _ in range(300):
+            log.append("t", b"v" * 100, partition=0)
+        view = embedlog.open(mine, read_only=True)
+        consumer = view.consumer(auto_offset_reset="earliest", max_poll_records=3)
+        consumer.assign([embedlog.TopicPartition("t", 0)])
+        consumer.seek(embedlog.TopicPartition("t", 0), 0)
+        assert [r.offset for r in consumer.poll()] == [0, 1, 2]
+        start = log.delete_records("t", 0, log.segments("t", 0)[5].base_offset + 1)
+        offsets = [r.offset for r in consumer.poll(max_records=1000)]
+        while offsets[-1] < 299:
+            offsets += [r.offset for r in consumer.poll(max_records=1000)]
+        assert offsets[-1] == 299 and start in offsets
+        consumer.close()
+        view.close()
+        gc.collect()
+        assert [t for t in _open_fds_to_deleted() if t.startswith(mine)] == []

@@ -112,6 +112,17 @@ class HandleCache:
         with self._lock:
             self._used -= self._lru.pop(owner, 0)
 
+    def evict(self, owner: Owner) -> None:
+        """Release ``owner``'s descriptors now, as the LRU would over budget, unless it is
+        pinned (in use: then it stays listed and goes the LRU's way). For owners nobody will
+        look up again (a read-only view's segments the writer deleted); a later use reopens
+        by name, as after any eviction."""
+        with self._lock:
+            if owner in self._pins or owner not in self._lru:
+                return
+            self._used -= self._lru.pop(owner)
+            owner.release_handles()
+
     def _shrink(self) -> None:
         if self._used <= self.budget:
             return

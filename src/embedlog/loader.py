@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
 from . import _io
+from ._handles import CACHE
 from .errors import (
     CorruptCheckpointError,
     CorruptionError,
@@ -446,7 +447,13 @@ def adopt(
             seg = Segment(directory, b, settings, writable=False, live=True)
         segs.append(seg)
     # Segments the writer removed or replaced are dropped, not closed: a concurrent
-    # iterator may still be reading them (their descriptors close with the last reference).
+    # iterator may still be reading them. Their descriptors leave the budget's LRU now unless
+    # in use (a later read reopens by name and meets ESTALE, as after any eviction), so a
+    # closed view holds none of them.
+    kept = {id(s) for s in segs}
+    for seg in segments:
+        if id(seg) not in kept:
+            CACHE.evict(seg)
     for seg in segs[:-1]:
         if seg.live:
             seg.refresh()
