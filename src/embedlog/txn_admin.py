@@ -113,29 +113,13 @@ class TransactionAdmin(LogFolder):
             raise UsageError("find_hanging_transactions: partitions need a topic")
         with self._lock:  # topic changes
             names = sorted(self._topics.by_name) if topic is None else [topic]
+        coordinator, now = self._coordinator(), self.clock()
         found: list[HangingTransaction] = []
         for name in names:
             for index in range(len(self._topic(name).partitions)) if chosen is None else chosen:
                 p = self._partition_of(name, index)
-                found.extend(self._hanging_in(p, max_transaction_timeout_ms))
+                found.extend(_hanging_in(p, coordinator, now, max_transaction_timeout_ms))
         return found
-
-    def _hanging_in(self, p: Partition, max_ms: int | None) -> Iterator[HangingTransaction]:
-        coordinator = self._coordinator()
-        now = self.clock()
-        with p.lock:
-            infos = _producers(p)
-        for info in infos:
-            if info.txn_start_offset is None:
-                continue
-            live = coordinator is not None and \
-                coordinator.ongoing(info.producer_id, info.epoch) is not None
-            duration = now - info.last_timestamp
-            if live and (max_ms is None or duration <= max_ms):
-                continue
-            yield HangingTransaction(
-                p.topic, p.partition, info.producer_id, info.epoch, info.txn_start_offset,
-                info.last_timestamp, duration, "timed-out" if live else "no-ongoing-transaction")
 
     def abort_transaction(self, topic: str, partition: int, start_offset: int) -> ProducerInfo:
         """Abort the transaction open at ``start_offset`` of the partition: append an ABORT
@@ -148,7 +132,7 @@ class TransactionAdmin(LogFolder):
         _validate.offset(start_offset, "start_offset")
         p = self._partition_of(topic, partition)
         coordinator = self._coordinator()
-        with _locked(coordinator):
+        with contextlib.nullcontext() if coordinator is None else coordinator.lock:
             if coordinator is not None:
                 coordinator.expire()  # what timed out is aborted first
             with p.lock:
@@ -171,13 +155,22 @@ class TransactionAdmin(LogFolder):
             return self._txn
 
 
-@contextlib.contextmanager
-def _locked(coordinator: TxnCoordinator | None) -> Iterator[None]:
-    if coordinator is None:
-        yield
-        return
-    with coordinator.lock:
-        yield
+def _hanging_in(p: Partition, coordinator: TxnCoordinator | None, now: int,
+                max_ms: int | None) -> Iterator[HangingTransaction]:
+    """The hanging transactions of ``p`` (:meth:`TransactionAdmin.find_hanging_transactions`)."""
+    with p.lock:
+        infos = _producers(p)
+    for info in infos:
+        if info.txn_start_offset is None:
+            continue
+        live = coordinator is not None and \
+            coordinator.ongoing(info.producer_id, info.epoch) is not None
+        duration = now - info.last_timestamp
+        if live and (max_ms is None or duration <= max_ms):
+            continue
+        yield HangingTransaction(
+            p.topic, p.partition, info.producer_id, info.epoch, info.txn_start_offset,
+            info.last_timestamp, duration, "timed-out" if live else "no-ongoing-transaction")
 
 
 def _producers(p: Partition) -> list[ProducerInfo]:

@@ -88,11 +88,14 @@ def offsets_from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
     folder, so anything :func:`offsets_to_json` does not write -- a partition other than
     ASCII digits below ``2**31``, an offset other than an int in ``[0, 2**63)``, another
     shape -- is a :class:`~embedlog.errors.CorruptCheckpointError`."""
+    shape = CorruptCheckpointError(
+        f"Spark offsets: expected {{topic: {{partition: offset}}}}, got {str(doc)[:200]}")
+    if not isinstance(doc, Mapping):
+        raise shape
     out: Offsets = {}
-    for t, parts in doc.items() if isinstance(doc, Mapping) else [(None, None)]:
+    for t, parts in doc.items():
         if not isinstance(t, str) or not isinstance(parts, Mapping):
-            raise CorruptCheckpointError(f"Spark offsets: expected {{topic: {{partition: "
-                                         f"offset}}}}, got {str(doc)[:200]}")
+            raise shape
         for p, o in parts.items():
             if (not isinstance(p, str) or not _PARTITION.match(p) or int(p) >= 1 << 31
                     or type(o) is not int or not 0 <= o < 1 << 63):
