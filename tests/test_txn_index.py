@@ -4,10 +4,12 @@ leaves (Kafka's layout), their rebuild by recovery, compaction and retention, an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import struct
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -171,15 +173,22 @@ def committed_offsets(path: pathlib.Path) -> tuple[list[int], int, list[int]]:
         return got, position, table.column("offset").to_pylist()
 
 
-@settings(max_examples=30, deadline=None)
-@given(OPS)
-def test_read_committed_is_the_same_with_and_without_the_index(ops: list[Op]) -> None:
-    shown, stop = model(ops)
+@contextlib.contextmanager
+def written(ops: list[Op]) -> Iterator[pathlib.Path]:
+    """A fresh log whose partition ``t-0`` holds ``ops`` in 300-byte segments."""
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "log"
         with embedlog.open(path) as log:
             log.create_topic("t", config=small_segments(**{"segment.bytes": 300}))
             write(log, ops)
+        yield path
+
+
+@settings(max_examples=30, deadline=None)
+@given(OPS)
+def test_read_committed_is_the_same_with_and_without_the_index(ops: list[Op]) -> None:
+    shown, stop = model(ops)
+    with written(ops) as path:
         part = path / "t-0"
         assert txn_files(part) == expected_files(ops, bases(part))
         with_index = committed_offsets(path)
@@ -191,18 +200,81 @@ def test_read_committed_is_the_same_with_and_without_the_index(ops: list[Op]) ->
         assert with_index[2] == [o for o in shown if o < stop]
 
 
-def test_the_index_decides_aborted_batches(tmp_path: pathlib.Path) -> None:
-    """The fetcher takes the aborted ranges from the index where every segment has one: an
-    entry there drops the batches it covers even though their marker reads COMMIT."""
+def test_an_index_that_contradicts_the_markers_is_an_error_not_hidden_records(
+        tmp_path: pathlib.Path) -> None:
+    """The fetcher takes the aborted ranges from the index where every segment has one; an
+    entry that aborts a transaction whose marker reads COMMIT, or an ABORT marker the index
+    does not list, is damage (the file has no checksum): the read fails rather than hide
+    committed records or hand out aborted ones. An unusable file leaves it to the markers."""
     with embedlog.open(tmp_path / "log") as log:
         log.create_topic("t")
-        write(log, [Op(4, txn=True), Op(-1), Op(4, marker=COMMIT)])
-    part = tmp_path / "log" / "t-0"
-    assert committed_offsets(tmp_path / "log")[0] == [0, 1]
-    (part / f"{0:020d}.txnindex").write_bytes(struct.pack(">hqqqq", 0, 4, 0, 2, 3))
-    assert committed_offsets(tmp_path / "log")[0] == [1]
-    (part / f"{0:020d}.txnindex").write_bytes(b"\0" * 5)  # unusable: the markers decide
-    assert committed_offsets(tmp_path / "log")[0] == [0, 1]
+        write(log, [Op(4, txn=True), Op(-1), Op(4, marker=COMMIT),
+                    Op(5, txn=True), Op(5, marker=ABORT), Op(-1)])
+    index = tmp_path / "log" / "t-0" / f"{0:020d}.txnindex"
+    assert committed_offsets(tmp_path / "log")[0] == [0, 1, 5]
+    good = index.read_bytes()
+    assert good == struct.pack(">hqqqq", 0, 5, 3, 4, 5)
+    for damaged, message in [
+        (struct.pack(">hqqqq", 0, 4, 0, 2, 3) + good, "COMMIT marker at offset 2"),
+        (b"", "ABORT marker at offset 4 that the index does not list"),
+        (struct.pack(">hqqqq", 0, 5, 3, 5, 6), "ABORT marker at offset 4, but the index"),
+        (struct.pack(">hqqqq", 0, 4, 3, 4, 5), "ABORT marker at offset 4 that the index"),
+    ]:
+        index.write_bytes(damaged)
+        with pytest.raises(CorruptIndexError, match=message):
+            committed_offsets(tmp_path / "log")
+    index.write_bytes(b"\0" * 5)  # unusable: the markers decide
+    assert committed_offsets(tmp_path / "log")[0] == [0, 1, 5]
+
+
+DAMAGES = st.sampled_from(["drop", "first", "last", "pid", "extra", "lso"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS, DAMAGES, st.integers(0, 2**16), st.integers(-3, 3))
+def test_a_damaged_index_never_shows_aborted_or_skips_committed_records(
+        ops: list[Op], damage: str, pick: int, delta: int) -> None:
+    """One entry of one ``.txnindex`` changed (still a well-formed file): a read_committed
+    reader either fails with CorruptIndexError or shows a prefix of what the markers decide
+    -- never an aborted record, never a committed one skipped."""
+    shown, _ = model(ops)
+    with written(ops) as path:
+        part = path / "t-0"
+        files = [(b, data) for b, data in sorted(txn_files(part).items())
+                 if data or damage == "extra"]
+        if not files:
+            return
+        base, data = files[pick % len(files)]
+        entries = decode_entries(data, base_offset=base)
+        entries = _damaged(entries, damage, pick, delta, base)
+        try:
+            raw = encode_entries(entries)
+            decode_entries(raw, base_offset=base)
+        except CorruptIndexError:
+            return  # not a well-formed file: the open's own checks cover it
+        (part / f"{base:020d}.txnindex").write_bytes(raw)
+        try:
+            got = committed_offsets(path)
+        except CorruptIndexError:
+            return
+        assert got[0] == shown[: len(got[0])]
+        assert got[2] == shown[: len(got[2])]
+
+
+def _damaged(entries: list[TxnIndexEntry], damage: str, pick: int, delta: int,
+             base: int) -> list[TxnIndexEntry]:
+    if damage == "extra":
+        return [*entries, TxnIndexEntry(pick % 3, base + pick % 7, base + pick % 7 + 2**20, 2**21)]
+    i = pick % len(entries)
+    e = entries[i]
+    changed = {
+        "drop": None,
+        "first": e._replace(first_offset=max(0, e.first_offset + delta)),
+        "last": e._replace(last_offset=max(e.first_offset, e.last_offset + delta)),
+        "pid": e._replace(producer_id=(e.producer_id + 1 + pick % 3) % 4 - 1),
+        "lso": e._replace(last_stable_offset=max(0, e.last_stable_offset + delta * 5)),
+    }[damage]
+    return entries[:i] + ([] if changed is None else [changed]) + entries[i + 1:]
 
 
 def test_the_entry_is_durable_before_its_marker_is_written(tmp_path: pathlib.Path) -> None:

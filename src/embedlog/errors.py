@@ -172,7 +172,8 @@ class UnsupportedFormatError(CorruptBatchError):
 
 
 class CorruptIndexError(CorruptionError):
-    """An ``.index`` / ``.timeindex`` file is inconsistent; indexes are rebuilt from the log."""
+    """An ``.index`` / ``.timeindex`` / ``.txnindex`` file is inconsistent (with itself or with
+    the log); indexes are rebuilt from the log."""
 
 
 class CorruptCheckpointError(CorruptionError):

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from .errors import CorruptIndexError
 from .index.txn_index import TxnIndexEntry
 from .segment import format as fmt
 from .segment.segment import Segment
@@ -280,13 +281,19 @@ class AbortedRanges:
     def is_aborted(self, header: TxnBatch) -> bool:
         """True when ``header``'s batch is a transactional data batch of an aborted
         transaction (its records must never reach a ``read_committed`` reader)."""
+        return self.aborted_by(header) is not None
+
+    def aborted_by(self, header: TxnBatch) -> int | None:
+        """The offset of the ABORT marker that aborts ``header``'s batch, as the ranges say
+        (``None``: the batch is not aborted)."""
         if header.is_control or not header.is_transactional:
-            return False
+            return None
         firsts = self._firsts.get(header.producer_id)
         if firsts is None:
-            return False
+            return None
         i = bisect.bisect_right(firsts, header.last_offset) - 1
-        return i >= 0 and header.last_offset <= self._txns[header.producer_id][i].last_offset
+        marker = self._txns[header.producer_id][i].last_offset if i >= 0 else -1
+        return marker if header.last_offset <= marker else None
 
 
 def indexed_aborted(segments: Sequence[Segment], start: int, end: int) -> AbortedRanges | None:
@@ -370,12 +377,13 @@ class CommittedFilter(Generic[_T]):
     markers arrive, as a consumer cannot hand them out earlier either.
     """
 
-    __slots__ = ("_aborted", "_open", "_pending")
+    __slots__ = ("_aborted", "_dropped", "_open", "_pending")
 
     def __init__(self, aborted: AbortedRanges | None = None) -> None:
         self._aborted = aborted
         self._pending: deque[_Held[_T]] = deque()
         self._open: dict[int, list[_Held[_T]]] = {}
+        self._dropped: dict[int, int] = {}  # producer id -> the ABORT marker ``aborted`` names
 
     @property
     def open(self) -> bool:
@@ -394,15 +402,17 @@ class CommittedFilter(Generic[_T]):
         pid = batch.producer_id
         if batch.is_control:
             held = self._open.pop(pid, None) if pid >= 0 else None
+            self._check_marker(batch, kind, held is not None)
             visible = self._aborted is not None or kind != fmt.CONTROL_ABORT
             for entry in held or ():
                 entry.visible = visible
         else:
             start = batch.base_offset if first is None else first
+            marker = self._aborted.aborted_by(batch) if self._aborted is not None else None
             if not (batch.is_transactional and pid >= 0):
                 self._pending.append(_Held(item, start, True))
-            elif self._aborted is not None and self._aborted.is_aborted(batch):
-                pass  # decided: never handed out
+            elif marker is not None:
+                self._dropped[pid] = marker  # decided: never handed out
             else:
                 entry = _Held(item, start, None)
                 self._open.setdefault(pid, []).append(entry)
@@ -414,6 +424,27 @@ class CommittedFilter(Generic[_T]):
             if done.visible:
                 out.append(done.item)
         return out
+
+    def _check_marker(self, batch: TxnBatch, kind: int | None, held: bool) -> None:
+        """The ``.txnindex`` ranges (``aborted``) against the marker that ends a transaction
+        read: a transaction they abort must end with an ABORT marker at the offset they
+        name, and one they do not abort must not end with an ABORT marker. Either way round
+        the index is damaged (it has no checksum): its ranges would hide committed records
+        or hand out aborted ones, so the read fails instead (recovery and ``embedlog
+        verify`` rebuild the file from the markers). A marker emptied by compaction
+        (``kind`` ``None``) says nothing."""
+        named = self._dropped.pop(batch.producer_id, None)
+        if self._aborted is None or kind is None:
+            return
+        if named is not None and (kind != fmt.CONTROL_ABORT or batch.base_offset != named):
+            what = "COMMIT" if kind != fmt.CONTROL_ABORT else "ABORT"
+            raise CorruptIndexError(
+                f".txnindex: producer {batch.producer_id}'s transaction ends with a {what} "
+                f"marker at offset {batch.base_offset}, but the index aborts it at {named}")
+        if held and kind == fmt.CONTROL_ABORT:
+            raise CorruptIndexError(
+                f".txnindex: producer {batch.producer_id}'s transaction ends with an ABORT "
+                f"marker at offset {batch.base_offset} that the index does not list")
 
     def feed(self, batches: Iterable[tuple[TxnBatch, int | None, _T]], end: int) -> Iterator[_T]:
         """The visible items of data batches starting below ``end``; batches from ``end`` on
