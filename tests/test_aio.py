@@ -320,3 +320,51 @@ async def test_a_stop_cancelled_while_closing_is_finished_by_the_next_one(log: e
     await consumer.stop()
     with log.consumer(group="g") as check:
         assert check.committed(TP0) == 1
+
+
+async def test_stop_of_an_evicted_member_logs_its_failed_auto_commit(
+        log: embedlog.Log, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """As the sync consumer's close: stop() commits if possible; a member evicted meanwhile
+    has its final auto-commit (and the auto-commit of close's revoke) refused and logged, and
+    the exception of an ``async with`` body is the one that propagates."""
+    from embedlog.errors import GroupError
+    from embedlog.groups import membership
+    log.create_topic("t", partitions=2)
+    consumer = AsyncConsumer(log, "t", group="g", enable_auto_commit=True,
+                             session_timeout_ms=1000, heartbeat_interval_ms=0)
+    await consumer.start()
+    other = log.consumer("t", group="g", session_timeout_ms=1000, heartbeat_interval_ms=0)
+    for _ in range(400):  # the group settles on one partition each
+        await consumer.getmany(timeout_ms=5)
+        other.poll(0.005)
+        if len(consumer.assignment()) == len(other.assignment()) == 1:
+            break
+    assert len(consumer.assignment()) == len(other.assignment()) == 1
+    (owned,) = consumer.assignment()
+    log.append_batch("t", [b"a", b"b", b"c"], partition=owned.partition)
+    got = await consumer.getmany(timeout_ms=2000, max_records=1)
+    assert [r.offset for r in got[owned]] == [0]  # two records stay stashed
+    real = membership.monotonic_ms
+    monkeypatch.setattr(membership, "monotonic_ms", lambda: real() + 5000)
+    other.poll()  # evicts the asyncio consumer's member
+    with pytest.raises(GroupError, match="no longer a member"):
+        await consumer.commit()  # an explicit commit still raises
+    with caplog.at_level("WARNING", logger="embedlog"), \
+            pytest.raises(KeyError, match="the body's own"):
+        async with consumer:
+            raise KeyError("the body's own error")
+    warnings = [r for r in caplog.records if r.name.startswith("embedlog")]
+    assert [r.levelname for r in warnings] == ["WARNING"]
+    assert "auto-commit" in warnings[0].getMessage()
+    assert warnings[0].exc_info is not None
+    assert isinstance(warnings[0].exc_info[1], GroupError)
+    with pytest.raises(LogClosedError):
+        await consumer.getmany()
+    assert other.committed(owned) != 1  # the refused commit wrote nothing
+    for _ in range(400):  # stop released its lease
+        if other.assignment() == {TP0, TopicPartition("t", 1)}:
+            break
+        other.poll(0.005)
+    assert other.assignment() == {TP0, TopicPartition("t", 1)}
+    other.close()

@@ -231,6 +231,38 @@ def test_a_silent_member_is_evicted_and_fenced(log: embedlog.Log,
     c2.close()
 
 
+def test_close_of_an_evicted_member_logs_its_failed_auto_commit(
+        log: embedlog.Log, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Kafka's close commits "if possible": a member evicted meanwhile gets its final
+    # auto-commit refused, which close() logs; the body's own exception is what propagates.
+    log.create_topic("t", partitions=2)
+    fill(log, "t", 2, 5)
+    c1 = member(log, session_timeout_ms=1000, enable_auto_commit=True)
+    c2 = member(log, session_timeout_ms=1000)
+    assert len(c1.poll()) == 5 and len(c2.poll()) == 5
+    (owned,) = c1.assignment()
+    real = membership.monotonic_ms
+    monkeypatch.setattr(membership, "monotonic_ms", lambda: real() + 5000)  # c1 falls silent
+    c2.poll()  # evicts c1
+    with pytest.raises(GroupError, match="no longer a member"):
+        c1.commit()  # an explicit commit still raises
+    with caplog.at_level("WARNING", logger="embedlog"), \
+            pytest.raises(KeyError, match="the body's own"), c1:
+        raise KeyError("the body's own error")
+    assert c1.closed and c1.assignment() == set()
+    assert c1.committed(owned) is None  # nothing was committed for it
+    (warning,) = [r for r in caplog.records if r.name.startswith("embedlog")]
+    assert warning.levelname == "WARNING" and "auto-commit" in warning.getMessage()
+    assert f"t-{owned.partition}" in warning.getMessage()
+    assert warning.exc_info is not None and isinstance(warning.exc_info[1], GroupError)
+    deadline = time.monotonic() + 10
+    while c2.assignment() != set(tps("t", 0, 1)):  # close released c1's lease
+        assert time.monotonic() < deadline, "c1's partition never moved to c2"
+        c2.poll(timeout=0.01)
+    c2.close()
+
+
 def test_an_abandoned_member_is_replaced(log: embedlog.Log) -> None:
     log.create_topic("t", partitions=3)
     c1, c2 = member(log), member(log)

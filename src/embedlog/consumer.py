@@ -38,7 +38,8 @@ stable offset (also the end that ``end_offsets``/``seek_to_end``/``lag`` use) an
 transactions' records, as Kafka does.
 
 **Layers.** Which partitions are read, and when, is decided here; :mod:`embedlog.fetcher` reads
-them (with the rules of :mod:`embedlog.transactions`), through :mod:`embedlog._client_api`.
+them (with the rules of :mod:`embedlog.transactions`), through :mod:`embedlog._client_api`;
+commits are :mod:`embedlog.consumer_commits`' (``Commits``, the class ``Consumer`` extends).
 A consumer is used by one thread at a time (``close()`` may come from another thread).
 """
 
@@ -51,7 +52,8 @@ from typing import Any, Final
 
 from . import _validate
 from ._client_api import ClientLog
-from .errors import GroupError, InvalidArgumentError, LogClosedError, UsageError
+from .consumer_commits import Commits
+from .errors import LogClosedError, UsageError
 from .fetcher import (
     Fetch,
     Fetcher,
@@ -76,7 +78,7 @@ def _offset_store(group_dir: str | None) -> OffsetStore | None:
     return OffsetStore(group_dir, f"{group_dir}/lock") if group_dir is not None else None
 
 
-class Consumer:
+class Consumer(Commits):
     """Reads records of a :class:`~embedlog.Log` (writer or read-only); see the module notes.
 
     Args:
@@ -84,7 +86,8 @@ class Consumer:
         group: consumer group name (committed offsets, shared partitions).
         auto_offset_reset: ``"earliest"``, ``"latest"`` or ``"none"``.
         enable_auto_commit: commit positions every ``auto_commit_interval_ms`` (inside
-            ``poll``), before partitions are revoked, and on ``close``.
+            ``poll``), before partitions are revoked, and on ``close`` (if possible: a
+            refused final commit is logged, see :mod:`embedlog.consumer_commits`).
         max_poll_records: most records one ``poll`` returns.
         key_deserializer, value_deserializer: applied to non-``None`` keys and values.
         isolation_level: ``"read_uncommitted"`` or ``"read_committed"``.
@@ -408,69 +411,19 @@ class Consumer:
         return {tp: max(0, self._end_of(tp) - self.position(tp))
                 for tp in self._fetches}
 
-    # ------------------------------------------------------------------ commits
-
-    def commit(self, offsets: Mapping[TopicPartition, Any] | None = None) -> None:
-        """Store committed offsets (default: the current positions of all assigned
-        partitions). Values are next-offsets-to-read, as ints or objects with ``.offset``
-        (kafka-python's ``OffsetAndMetadata``). A group member may commit only the partitions
-        it owns (:class:`~embedlog.GroupError` otherwise). Works while ``close`` revokes
-        partitions, and after the log was closed (offsets live in their own files)."""
-        if self._closed:
-            raise LogClosedError("the consumer is closed")
-        if offsets is None:
-            self._commit_positions(list(self._fetches))
-            return
-        if not isinstance(offsets, Mapping):
-            raise InvalidArgumentError(f"offsets must be a mapping, not {type(offsets).__name__}")
-        clean: dict[TopicPartition, int] = {}
-        for tp, value in offsets.items():
-            tp = _validate.topic_partition(tp)
-            clean[tp] = _validate.offset(getattr(value, "offset", value),
-                                         f"committed offset of {tp.topic}-{tp.partition}")
-        self._commit(clean)
-
-    def _commit_positions(self, tps: list[TopicPartition]) -> None:
-        self._iteration.settle(self._fetches)
-        self._commit({tp: p for tp in tps if (p := self._fetches[tp].position) is not None})
-
-    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        if self._store is None:
-            raise GroupError("commit needs a consumer group: create the consumer with group=...")
-        if not offsets:
-            return
-        m = self._membership
-        check = None
-        if m is not None:
-            def check() -> None:
-                m.check_commit(offsets)
-        self._store.commit(offsets, check)
-
-    def _auto_commit(self) -> None:
-        self._next_auto_commit = time.monotonic() + self._auto_commit_s
-        if self._store is not None and self._fetches:
-            self._commit_positions(list(self._fetches))
-
-    def _committed_offsets(self) -> dict[TopicPartition, int]:
-        return self._store.read() if self._store is not None else {}
-
-    def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset for ``tp`` (``None`` if none, or without a group)."""
-        tp = _validate.topic_partition(tp)
-        return self._store.committed(tp) if self._store is not None else None
-
     # ------------------------------------------------------------------ lifecycle
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit (with ``enable_auto_commit``), revoke, leave the group. Idempotent."""
+        """Commit (with ``enable_auto_commit``; a refused commit -- e.g. this member was
+        evicted -- is logged, not raised), revoke, leave the group. Idempotent."""
         if self._closing:
             return
         self._closing = True
         self._wake.set()
         self._fetcher.close()  # ends a wait on the wake source in another thread first
         try:
-            if autocommit and self.enable_auto_commit and self._store is not None:
-                self._commit_positions(list(self._fetches))
+            if autocommit and self.enable_auto_commit:
+                self._final_commit()  # logs a refusal: see embedlog.consumer_commits
         finally:
             enable, self.enable_auto_commit = self.enable_auto_commit, False
             try:

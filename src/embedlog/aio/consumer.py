@@ -29,10 +29,9 @@ other members -- in this loop, other threads or other processes. The group proto
 ``on_partitions_revoked``) may be plain functions or coroutines; they run on the event loop
 while the worker waits for them, and may ``await consumer.commit()`` (but not ``getmany``).
 A revoked partition's stash is dropped after ``on_revoke``. ``enable_auto_commit`` commits the
-handed-out positions every ``auto_commit_interval_ms`` (inside ``getmany``), before a revoke and
-on ``stop``, whose shutdown goes on when it is cancelled (a later ``stop`` waits for it).
-
-Other options are those of :class:`~embedlog.Consumer`.
+handed-out positions every ``auto_commit_interval_ms`` (inside ``getmany``), before a revoke and on
+``stop`` (if possible, as ``Consumer.close``: a refusal is logged), whose shutdown goes on when it
+is cancelled (a later ``stop`` waits for it). Other options: :class:`~embedlog.Consumer`'s.
 """
 
 from __future__ import annotations
@@ -147,8 +146,9 @@ class AsyncConsumer:
         async with self._lock:
             await self._settle()
             try:
-                if self._auto_commit:
-                    await self._commit_handed()
+                if self._auto_commit:  # if possible: a refusal is logged (as Consumer.close)
+                    self._auto_commit = False  # so close's revokes commit nothing more
+                    await self._call(sync._final_commit, self._first_stashed())
             finally:
                 await self._call(sync.close)
                 assert self._worker is not None
