@@ -139,6 +139,52 @@ def test_a_live_transaction_is_not_hanging_nor_aborted(tmp_path: pathlib.Path) -
         p.close()
 
 
+def test_find_hanging_defaults_to_kafkas_15_minute_max_transaction_timeout(
+        tmp_path: pathlib.Path) -> None:
+    # kafka-transactions.sh find-hanging's --max-transaction-timeout defaults to 15 minutes: a
+    # transaction its coordinator still has ongoing counts as hanging once open longer.
+    now = [1_000_000]
+    with embedlog.Log(tmp_path / "log", clock=lambda: now[0]) as log:
+        p = open_transaction(log, b"open", 3_600_000)
+        now[0] += 15 * 60_000
+        assert log.find_hanging_transactions() == []  # not longer than 15 minutes yet
+        now[0] += 1
+        timed_out = HangingTransaction("t", 0, p.producer_id, p.producer_epoch, 0, 1_000_000,
+                                       15 * 60_000 + 1, "timed-out")
+        assert log.find_hanging_transactions() == [timed_out]
+        assert log.find_hanging_transactions("t", [0]) == [timed_out]
+        assert log.find_hanging_transactions(max_transaction_timeout_ms=None) == []
+        assert log.find_hanging_transactions(max_transaction_timeout_ms=16 * 60_000) == []
+        p.commit_transaction()
+        assert log.find_hanging_transactions() == []
+        p.close()
+
+
+def test_cli_find_hanging_defaults_to_15_minutes(tmp_path: pathlib.Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The command opens the log, which aborts what an earlier process left ongoing (its
+    # producer is dead): the timeout it passes only matters to a process with live producers.
+    path = tmp_path / "log"
+    hang(path)
+    asked: list[int | None] = []
+    real = embedlog.Log.find_hanging_transactions
+
+    def spy(self: embedlog.Log, *args: object, **kwargs: int | None) -> list[HangingTransaction]:
+        asked.append(kwargs["max_transaction_timeout_ms"])
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(embedlog.Log, "find_hanging_transactions", spy)
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(path)})
+    for args in ([], ["--max-transaction-timeout", "30"], ["--max-transaction-timeout", "0"]):
+        result = runner.invoke(cli, ["transactions", "find-hanging", "--json", *args])
+        assert result.exit_code == 0, result.output
+        [row] = json.loads(result.output)  # the cut marker's: hanging at any age
+        assert row["reason"] == "no-ongoing-transaction"
+    assert asked == [15 * 60_000, 30 * 60_000, 0]
+    help_text = runner.invoke(cli, ["transactions", "find-hanging", "--help"]).output
+    assert "[default: 15;" in help_text
+
+
 def test_a_timed_out_transaction_is_aborted_by_the_coordinator_first(
         tmp_path: pathlib.Path) -> None:
     now = [1_000_000]
@@ -151,6 +197,73 @@ def test_a_timed_out_transaction_is_aborted_by_the_coordinator_first(
         assert committed_values(log) == []
         with pytest.raises(embedlog.ProducerFencedError):
             p.commit_transaction()
+
+
+def test_abort_by_producer_id(tmp_path: pathlib.Path) -> None:
+    # kafka-transactions.sh abort --producer-id --producer-epoch --coordinator-epoch: the open
+    # transaction of that producer in the partition, its epoch checked.
+    path = tmp_path / "log"
+    kept, start = hang(path)
+    with embedlog.open(path) as log:
+        end = log.end_offset("t", 0)
+        [info] = log.describe_producers("t", 0)
+        pid = info.producer_id
+        assert (info.epoch, info.txn_start_offset) == (0, start)
+        with pytest.raises(TransactionStateError, match=f"producer {pid + 1} has no open"):
+            log.abort_transaction("t", 0, producer_id=pid + 1, producer_epoch=0)
+        with pytest.raises(TransactionStateError, match="epoch 0, not 1"):
+            log.abort_transaction("t", 0, producer_id=pid, producer_epoch=1)
+        assert log.end_offset("t", 0) == end  # refusals write nothing
+        assert log.abort_transaction("t", 0, producer_id=pid, producer_epoch=0,
+                                     coordinator_epoch=7) == info
+        assert log.last_stable_offset("t", 0) == end + 1 == log.end_offset("t", 0)
+        assert log.find_hanging_transactions() == []
+        assert committed_values(log) == kept
+        [marker] = list(log.read_batches("t", 0, end, control=True))
+        assert marker.is_control and (marker.producer_id, marker.producer_epoch) == (pid, 0)
+        # an ABORT control key; the marker value's coordinator epoch is the one given
+        assert (marker.key(0), marker.value(0)) == (struct.pack(">hh", 0, 0),
+                                                    struct.pack(">hi", 0, 7))
+        with pytest.raises(TransactionStateError, match=f"producer {pid} has no open"):
+            log.abort_transaction("t", 0, producer_id=pid, producer_epoch=0)
+
+
+def test_abort_by_producer_id_refuses_an_ongoing_transaction(tmp_path: pathlib.Path) -> None:
+    with embedlog.Log(tmp_path / "log") as log:
+        p = open_transaction(log, b"open", 600_000)
+        with pytest.raises(TransactionStateError, match="ongoing for transactional id 'tx'"):
+            log.abort_transaction("t", 0, producer_id=p.producer_id,
+                                  producer_epoch=p.producer_epoch)
+        p.commit_transaction()
+        assert committed_values(log) == [b"open"]
+        p.close()
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({}, embedlog.UsageError, "start_offset, or producer_id and producer_epoch"),
+    ({"start_offset": 0, "producer_id": 0}, embedlog.UsageError, "not both"),
+    ({"start_offset": 0, "producer_id": 0, "producer_epoch": 0}, embedlog.UsageError,
+     "not both"),
+    ({"producer_id": 0}, embedlog.UsageError, "producer_id needs producer_epoch"),
+    ({"start_offset": 0, "producer_epoch": 0}, embedlog.UsageError, "go with producer_id"),
+    ({"producer_epoch": 0, "coordinator_epoch": 0}, embedlog.UsageError,
+     "go with producer_id"),
+    ({"producer_id": -1, "producer_epoch": 0}, embedlog.ArgumentOutOfRangeError,
+     "producer_id"),
+    ({"producer_id": 0, "producer_epoch": "0"}, embedlog.InvalidArgumentError,
+     "producer_epoch"),
+    ({"producer_id": 0, "producer_epoch": 0, "coordinator_epoch": 2**31},
+     embedlog.ArgumentOutOfRangeError, "coordinator_epoch"),
+])
+def test_abort_argument_combinations(tmp_path: pathlib.Path, kwargs: dict[str, object],
+                                     error: type[Exception], match: str) -> None:
+    path = tmp_path / "log"
+    hang(path)
+    with embedlog.open(path) as log:
+        end = log.end_offset("t", 0)
+        with pytest.raises(error, match=match):
+            log.abort_transaction("t", 0, **kwargs)  # type: ignore[arg-type]
+        assert log.end_offset("t", 0) == end and log.find_hanging_transactions() != []
 
 
 def test_refusals(tmp_path: pathlib.Path) -> None:
@@ -207,6 +320,42 @@ def test_cli_round_trip(tmp_path: pathlib.Path) -> None:
                     "epoch": 0, "start_offset": start, "last_stable_offset": start + 4}
     assert json.loads(run("find-hanging", "--json")) == []
     assert "--partition needs --topic" in run("find-hanging", "--partition", "0", code=2)
+    assert "--start-offset, or --producer-id and --producer-epoch" in run(
+        "abort", "--topic", "t", "--partition", "0", code=2)
+    with embedlog.open(path, read_only=True) as log:
+        assert log.last_stable_offset("t", 0) == log.end_offset("t", 0)
+        assert committed_values(log) == kept
+
+
+def test_cli_abort_by_producer_id(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "log"
+    kept, start = hang(path)
+    runner = CliRunner(env={"EMBEDLOG_DIR": str(path)})
+
+    def abort(*args: str, code: int = 0) -> str:
+        result = runner.invoke(cli, ["transactions", "abort", "--topic", "t", "--partition",
+                                     "0", *args], prog_name="embedlog")
+        assert result.exit_code == code, result.output
+        return result.output
+
+    for args, message in [
+        ((), "--start-offset, or --producer-id and --producer-epoch"),
+        (("--start-offset", str(start), "--producer-id", "0"), "not both"),
+        (("--producer-id", "0"), "--producer-id needs --producer-epoch"),
+        (("--producer-epoch", "0"), "go with --producer-id"),
+        (("--start-offset", str(start), "--coordinator-epoch", "0"), "go with --producer-id"),
+    ]:
+        assert message in abort(*args, code=2)
+    [row] = json.loads(runner.invoke(cli, ["transactions", "describe-producers", "--topic",
+                                           "t", "--partition", "0", "--json"]).output)
+    pid = str(row["producer_id"])
+    assert "epoch 0, not 3" in abort("--producer-id", pid, "--producer-epoch", "3", code=1)
+    assert "has no open transaction" in abort("--producer-id", str(int(pid) + 1),
+                                              "--producer-epoch", "0", code=1)
+    text = abort("--producer-id", pid, "--producer-epoch", "0", "--coordinator-epoch", "-1")
+    assert f"producer {pid} epoch 0 open at offset {start} of t-0" in text
+    assert "has no open transaction" in abort("--producer-id", pid, "--producer-epoch", "0",
+                                              "--json", code=1)
     with embedlog.open(path, read_only=True) as log:
         assert log.last_stable_offset("t", 0) == log.end_offset("t", 0)
         assert committed_values(log) == kept

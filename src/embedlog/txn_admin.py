@@ -16,16 +16,23 @@ the producer state is the writer's):
 * :meth:`~TransactionAdmin.describe_producers`: a partition's producers as its state holds them
   (:class:`ProducerInfo`), with the first offset of each one's open transaction;
 * :meth:`~TransactionAdmin.find_hanging_transactions`: the open transactions the coordinator
-  has no ongoing transaction for, and (given a maximum transaction timeout) those whose
-  producer wrote nothing to the partition for longer than it (Kafka measures a transaction's
-  duration from its producer's last write too) -- :class:`HangingTransaction`;
+  has no ongoing transaction for, and those whose producer wrote nothing to the partition for
+  longer than a maximum transaction timeout (Kafka measures a transaction's duration from its
+  producer's last write too), by default Kafka's 15 minutes (``--max-transaction-timeout`` of
+  ``kafka-transactions.sh find-hanging``, and its ``transaction.max.timeout.ms``) --
+  :class:`HangingTransaction`. The coordinator and the partitions are the writer's, in this
+  process, and the coordinator keeps a transaction ongoing until its last marker is written:
+  one it has not ongoing is hanging at any age, the timeout only decides about those it has;
 * :meth:`~TransactionAdmin.abort_transaction`: appends an ABORT marker of the producer id and
-  epoch of the transaction open at a start offset (its ``.txnindex`` entry comes with it,
-  :func:`~embedlog.txn_coordinator.write_marker`) and fsyncs it. Its records become aborted,
-  the last stable offset moves past the marker. Refused
-  (:class:`~embedlog.errors.TransactionStateError`) when no transaction is open at that offset,
-  or when the coordinator still has that producer id and epoch's transaction ongoing (after
-  aborting those past their timeout): its producer, or its ``transaction.timeout.ms``, ends it.
+  epoch of the transaction open at a start offset, or of a producer id's open transaction
+  (Kafka's older form: ``--producer-id``, ``--producer-epoch``, ``--coordinator-epoch``; the
+  epoch must be the open transaction's, the coordinator epoch goes in the marker, a negative
+  one as 0), with its ``.txnindex`` entry (:func:`~embedlog.txn_coordinator.write_marker`),
+  and fsyncs it. Its records become aborted, the last stable offset moves past the marker.
+  Refused (:class:`~embedlog.errors.TransactionStateError`) when no transaction is open at that
+  offset or of that producer, when the producer's epoch differs, or when the coordinator still
+  has that producer id and epoch's transaction ongoing (after aborting those past their
+  timeout): its producer, or its ``transaction.timeout.ms``, ends it.
 
 Locks: the coordinator's lock, then the partition's (the coordinator's own order: it writes
 markers under its lock), so no producer of the id records or writes anything between the check
@@ -35,17 +42,22 @@ and the marker.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from . import _validate
-from .errors import TransactionStateError, UsageError
+from .errors import ArgumentOutOfRangeError, TransactionStateError, UsageError
 from .log_folder import LogFolder
 from .partition import Partition
 from .txn_coordinator import TxnCoordinator, write_marker
 
-__all__ = ["HangingTransaction", "ProducerInfo", "TransactionAdmin"]
+__all__ = ["DEFAULT_MAX_TRANSACTION_TIMEOUT_MS", "HangingTransaction", "ProducerInfo",
+           "TransactionAdmin"]
+
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MS: Final = 15 * 60_000
+"""``find_hanging_transactions``' default: Kafka's ``find-hanging --max-transaction-timeout``
+(15 minutes, its broker's ``transaction.max.timeout.ms``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +110,14 @@ class TransactionAdmin(LogFolder):
 
     def find_hanging_transactions(
         self, topic: str | None = None, partitions: Sequence[int] | None = None, *,
-        max_transaction_timeout_ms: int | None = None,
+        max_transaction_timeout_ms: int | None = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     ) -> list[HangingTransaction]:
         """The hanging transactions of ``topic``'s ``partitions`` (default: every partition;
         every topic when ``topic`` is ``None``, which takes no ``partitions``): open in the
         partition while the coordinator has no ongoing transaction of their producer id and
-        epoch, or, when ``max_transaction_timeout_ms`` is given, open with no write by their
-        producer for longer than it. Changes nothing (writer only)."""
+        epoch, or open with no write by their producer for longer than
+        ``max_transaction_timeout_ms`` (default 15 minutes, Kafka's; ``None``: only the
+        former). Changes nothing (writer only)."""
         self._check_writer()
         if max_transaction_timeout_ms is not None:
             _validate.count(max_transaction_timeout_ms, "max_transaction_timeout_ms", 0)
@@ -121,30 +134,40 @@ class TransactionAdmin(LogFolder):
                 found.extend(_hanging_in(p, coordinator, now, max_transaction_timeout_ms))
         return found
 
-    def abort_transaction(self, topic: str, partition: int, start_offset: int) -> ProducerInfo:
-        """Abort the transaction open at ``start_offset`` of the partition: append an ABORT
-        marker of its producer id and epoch (with its ``.txnindex`` entry) and make it durable.
-        Returns the producer as it was before. Raises
-        :class:`~embedlog.errors.TransactionStateError` when no transaction is open at that
-        offset or the coordinator still has that producer's transaction ongoing (module
-        notes; writer only)."""
+    def abort_transaction(
+        self, topic: str, partition: int, start_offset: int | None = None, *,
+        producer_id: int | None = None, producer_epoch: int | None = None,
+        coordinator_epoch: int | None = None,
+    ) -> ProducerInfo:
+        """Abort a transaction open in the partition -- the one open at ``start_offset``, or
+        the one of ``producer_id``, whose epoch must be ``producer_epoch`` -- : append an ABORT
+        marker of its producer id and epoch (with its ``.txnindex`` entry and
+        ``coordinator_epoch``, default 0, a negative one written as 0) and make it durable.
+        Returns the producer as it was before. Raises :class:`~embedlog.errors.UsageError` for
+        anything but ``start_offset`` alone or ``producer_id`` with ``producer_epoch`` (and
+        optionally ``coordinator_epoch``), :class:`~embedlog.errors.TransactionStateError` when
+        no transaction is open at that offset or of that producer, its epoch differs, or the
+        coordinator still has that producer's transaction ongoing (module notes; writer
+        only)."""
         self._check_writer()
-        _validate.offset(start_offset, "start_offset")
+        find, marker_epoch = _abort_target(start_offset, producer_id, producer_epoch,
+                                           coordinator_epoch)
         p = self._partition_of(topic, partition)
         coordinator = self._coordinator()
         with contextlib.nullcontext() if coordinator is None else coordinator.lock:
             if coordinator is not None:
                 coordinator.expire()  # what timed out is aborted first
             with p.lock:
-                info = _open_at(p, start_offset)
+                info = find(p)
                 tid = None if coordinator is None else \
                     coordinator.ongoing(info.producer_id, info.epoch)
                 if tid is not None:
                     raise TransactionStateError(
-                        f"{topic}-{partition}: the transaction open at offset {start_offset} "
-                        f"(producer {info.producer_id} epoch {info.epoch}) is ongoing for "
-                        f"transactional id {tid!r}: its producer, or its timeout, ends it")
-                write_marker(p, info.producer_id, info.epoch, False, self.clock())
+                        f"{topic}-{partition}: the transaction open at offset "
+                        f"{info.txn_start_offset} (producer {info.producer_id} epoch "
+                        f"{info.epoch}) is ongoing for transactional id {tid!r}: its producer, "
+                        "or its timeout, ends it")
+                write_marker(p, info.producer_id, info.epoch, False, self.clock(), marker_epoch)
             p.sync()
         return info
 
@@ -179,6 +202,53 @@ def _producers(p: Partition) -> list[ProducerInfo]:
     return [ProducerInfo(pid, e.epoch, e.last_sequence, e.last_ms, e.coordinator_epoch,
                          state.txns.open.get(pid))
             for pid, e in sorted(state.entries.items())]
+
+
+_INT32: Final = 2**31
+
+
+def _abort_target(start_offset: int | None, producer_id: int | None, producer_epoch: int | None,
+                  coordinator_epoch: int | None
+                  ) -> tuple[Callable[[Partition], ProducerInfo], int]:
+    """Which open transaction :meth:`TransactionAdmin.abort_transaction` aborts, as a lookup
+    in a partition (its caller holds ``p.lock``), and the coordinator epoch of its marker; the
+    arguments are checked here, first."""
+    if producer_id is None:
+        if producer_epoch is not None or coordinator_epoch is not None:
+            raise UsageError("abort_transaction: producer_epoch and coordinator_epoch go with "
+                             "producer_id")
+        if start_offset is None:
+            raise UsageError("abort_transaction needs start_offset, or producer_id and "
+                             "producer_epoch")
+        offset = _validate.offset(start_offset, "start_offset")
+        return (lambda p: _open_at(p, offset)), 0
+    if start_offset is not None:
+        raise UsageError("abort_transaction takes start_offset or producer_id, not both")
+    if producer_epoch is None:
+        raise UsageError("abort_transaction: producer_id needs producer_epoch")
+    pid = _validate.count(producer_id, "producer_id", 0)
+    epoch = _validate.count(producer_epoch, "producer_epoch", 0)
+    coord = 0 if coordinator_epoch is None else \
+        _validate.integer(coordinator_epoch, "coordinator_epoch")
+    if not -_INT32 <= coord < _INT32:
+        raise ArgumentOutOfRangeError(f"coordinator_epoch must be in [-2**31, 2**31), not {coord}")
+    return (lambda p: _open_of(p, pid, epoch)), max(0, coord)  # Kafka's tool: negative -> 0
+
+
+def _open_of(p: Partition, producer_id: int, epoch: int) -> ProducerInfo:
+    """``producer_id``'s producer in ``p``, with an open transaction of ``epoch`` (caller
+    holds ``p.lock``); :class:`TransactionStateError` if it has none, or one of another
+    epoch."""
+    for info in _producers(p):
+        if info.producer_id == producer_id and info.txn_start_offset is not None:
+            if info.epoch != epoch:
+                raise TransactionStateError(
+                    f"{p.topic}-{p.partition}: the open transaction of producer {producer_id} "
+                    f"has epoch {info.epoch}, not {epoch}")
+            return info
+    raise TransactionStateError(
+        f"{p.topic}-{p.partition}: producer {producer_id} has no open transaction "
+        "(embedlog transactions describe-producers lists the open ones)")
 
 
 def _open_at(p: Partition, start_offset: int) -> ProducerInfo:

@@ -135,9 +135,12 @@ def _int(v: Any) -> int:
     return v
 
 
-def write_marker(p: Partition, producer_id: int, epoch: int, commit: bool, now: int) -> None:
-    """Append a COMMIT or ABORT marker of ``producer_id``/``epoch`` to ``p`` (not synced)."""
-    key, value = fmt.control_record(fmt.CONTROL_COMMIT if commit else fmt.CONTROL_ABORT)
+def write_marker(p: Partition, producer_id: int, epoch: int, commit: bool, now: int,
+                 coordinator_epoch: int = 0) -> None:
+    """Append a COMMIT or ABORT marker of ``producer_id``/``epoch`` to ``p`` (not synced);
+    ``coordinator_epoch`` (int32, >= 0) goes in the marker's value."""
+    key, value = fmt.control_record(fmt.CONTROL_COMMIT if commit else fmt.CONTROL_ABORT,
+                                    coordinator_epoch)
     batch = fmt.encode_batch([value], keys=[key], timestamps=now, producer_id=producer_id,
                              producer_epoch=epoch, is_transactional=True, is_control=True)
     p.append_encoded(bytearray(batch))
