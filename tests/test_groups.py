@@ -263,6 +263,31 @@ def test_close_of_an_evicted_member_logs_its_failed_auto_commit(
     c2.close()
 
 
+def test_each_member_is_evicted_after_its_own_session_timeout(
+        log: embedlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kafka's coordinator measures each member's silence against that member's own
+    # session.timeout.ms, not against whichever other member happens to probe it.
+    log.create_topic("t", partitions=2)
+    patient = member(log, session_timeout_ms=60_000)
+    hasty = member(log, session_timeout_ms=1000)
+    settle(patient, hasty, set(tps("t", 0, 1)))
+    state_path = str(pathlib.Path(log.path) / "__groups" / "g" / "state.json")
+    real = membership.monotonic_ms
+    monkeypatch.setattr(membership, "monotonic_ms", lambda: real() + 5000)  # patient is silent
+    hasty.poll()  # 5 s are within the patient member's 60 s: it stays
+    assert patient.member_id in GroupState.read(state_path).members
+    owned = {tp: 0 for tp in patient.assignment()}
+    patient.commit(owned)
+    monkeypatch.setattr(membership, "monotonic_ms", lambda: real() + 61_000)
+    hasty.poll()  # past its own timeout: evicted
+    assert patient.member_id not in GroupState.read(state_path).members
+    with pytest.raises(GroupError, match="no longer a member"):
+        patient.commit(owned)
+    monkeypatch.setattr(membership, "monotonic_ms", real)
+    patient.close()
+    hasty.close()
+
+
 def test_an_abandoned_member_is_replaced(log: embedlog.Log) -> None:
     log.create_topic("t", partitions=3)
     c1, c2 = member(log), member(log)

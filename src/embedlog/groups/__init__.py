@@ -8,7 +8,7 @@ opens in other processes -- can join a group and commit::
       lock                       flock held while membership or committed offsets change
       state.json                 generation, assignor, members and their topics
       offsets                    committed offsets (Kafka checkpoint text; next offset to read)
-      members/<member id>        flock'ed by each live member; its heartbeat
+      members/<member id>        flock'ed by each live member; its heartbeat, session timeout
       leases/<topic>-<partition> flock'ed by the member consuming that partition
 
 ``__groups`` cannot be mistaken for a ``<topic>-<partition>`` folder (it has no ``-<n>``).

@@ -5,7 +5,8 @@ Files of one group (see :mod:`embedlog.groups` for the whole layout)::
     state.json      {"version": 1, "generation": 7, "assignor": "range",
                      "members": {"<member id>": ["topic", ...], ...}}   (replaced atomically)
     members/<id>    flock'ed by its member for its lifetime; bytes 0-8: last heartbeat
-                    (CLOCK_MONOTONIC ms, big-endian int64), rewritten without fsync
+                    (CLOCK_MONOTONIC ms, big-endian int64), rewritten without fsync;
+                    bytes 8-16: the member's session timeout (ms, big-endian int64)
     leases/<topic>-<partition>   flock'ed by the member that consumes the partition
 
 Protocol (every step that changes ``state.json`` holds the group lock):
@@ -19,8 +20,9 @@ Protocol (every step that changes ``state.json`` holds the group lock):
   go at its next poll, after its ``on_revoke``;
 * **liveness**: every heartbeat interval a member rewrites its heartbeat and probes the others:
   a member file nobody locks (the process died: the kernel dropped its ``flock``) or whose
-  heartbeat is older than the session timeout is evicted (removed from ``state.json``,
-  generation + 1, file unlinked);
+  heartbeat is older than *that member's* session timeout (as Kafka's coordinator uses each
+  member's own ``session.timeout.ms``; a file without one, or with a negative one, is measured
+  by the prober's) is evicted (removed from ``state.json``, generation + 1, file unlinked);
 * **leave**: remove the member from ``state.json``, unlink and unlock its file.
 
 Safety does not depend on timing: a partition is read only by the holder of its lease, so two
@@ -31,6 +33,7 @@ holding the lease (checked under the group lock).
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import time
@@ -62,6 +65,7 @@ from .assignors import ASSIGNORS
 __all__ = ["GroupState", "Membership", "live_members"]
 
 _HEARTBEAT = struct.Struct(">q")
+_MEMBER_FILE = struct.Struct(">qq")  # heartbeat, session timeout
 _MAX_STATE_BYTES = 16 * 1024 * 1024
 _MEMBER_SUFFIX = 33  # "-" and a uuid4 in hex
 MAX_CLIENT_ID = _paths.MAX_COMPONENT - _MEMBER_SUFFIX
@@ -195,7 +199,8 @@ class Membership:
                 raise GroupError(f"member file {mine.path} is locked by someone else")
             try:
                 assert mine.fd is not None
-                _io.pwrite(mine.fd, _HEARTBEAT.pack(monotonic_ms()), 0)
+                timeout = min(math.ceil(self.session_timeout_ms), (1 << 63) - 1)
+                _io.pwrite(mine.fd, _MEMBER_FILE.pack(monotonic_ms(), timeout), 0)
                 state = GroupState.read(self.state_path)
                 state = self._evict_locked(state, self._dead(state))
                 if state.members and state.assignor != self.assignor:
@@ -301,15 +306,24 @@ class Membership:
             if not is_locked(path):
                 dead.append(member_id)
                 continue
-            beat = _io.read_regular(path, _HEARTBEAT.size)
-            if beat is None:
+            raw = _io.read_regular(path, _MEMBER_FILE.size)
+            if raw is None:
                 dead.append(member_id)
                 continue
-            if len(beat) == _HEARTBEAT.size and now - _HEARTBEAT.unpack(beat)[0] > (
-                self.session_timeout_ms
+            if len(raw) >= _HEARTBEAT.size and now - _HEARTBEAT.unpack_from(raw)[0] > (
+                self._timeout_of(raw)
             ):
                 dead.append(member_id)
         return dead
+
+    def _timeout_of(self, raw: bytes) -> int:
+        """The session timeout a member file states (ms; a negative one, or none -- a file an
+        older version wrote -- means this member's)."""
+        if len(raw) == _MEMBER_FILE.size:
+            timeout: int = _MEMBER_FILE.unpack(raw)[1]
+            if timeout >= 0:
+                return timeout
+        return self.session_timeout_ms
 
     def _evict_locked(self, state: GroupState, dead: list[str]) -> GroupState:
         """Remove ``dead`` members (caller holds the group lock and re-probed them)."""
