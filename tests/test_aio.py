@@ -367,4 +367,35 @@ async def test_stop_of_an_evicted_member_logs_its_failed_auto_commit(
             break
         other.poll(0.005)
     assert other.assignment() == {TP0, TopicPartition("t", 1)}
+
+
+async def test_an_evicted_member_with_auto_commit_rejoins_as_the_sync_consumer_does(
+        log: embedlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Partitions lost by an evicted member are not auto-committed (they may be another
+    # member's by now): the sync consumer skips that commit and rejoins; so must getmany.
+    from embedlog.groups import membership
+    log.create_topic("t", partitions=2)
+    for p in range(2):
+        log.append_batch("t", [b"x"] * 5, partition=p)
+    revoked: list[list[TopicPartition]] = []
+    evicted = AsyncConsumer(log, "t", group="g", enable_auto_commit=True, heartbeat_interval_ms=0,
+                            session_timeout_ms=1000, on_revoke=revoked.append)
+    await evicted.start()
+    other = log.consumer("t", group="g", session_timeout_ms=1000, heartbeat_interval_ms=0)
+    while len(evicted.assignment()) != 1 or len(other.assignment()) != 1:
+        await evicted.getmany(timeout_ms=10)
+        other.poll(0.01)
+    lost = sorted(evicted.assignment())
+    while await evicted.position(lost[0]) < 5:
+        await evicted.getmany(timeout_ms=10)
+    await evicted.commit({lost[0]: 1})
+    real = membership.monotonic_ms
+    monkeypatch.setattr(membership, "monotonic_ms", lambda: real() + 5000)
+    other.poll()  # evicts the silent member
+    revoked.clear()
+    await evicted.getmany(timeout_ms=100)  # notices, lets go without committing, rejoins
+    assert revoked[0] == lost
+    assert other.committed(lost[0]) == 1  # not 5, the position it had handed out
+    monkeypatch.setattr(membership, "monotonic_ms", real)
+    await evicted.stop()
     other.close()

@@ -22,16 +22,17 @@ partition is its first stashed offset, else the sync consumer's. So cancelling a
 point loses no record and never commits one that was not handed out. ``seek`` drops that
 partition's stash, and a fetch in flight at the time is discarded for it.
 
-**Groups.** ``group=`` plus topics (or :meth:`subscribe`) shares partitions with the group's
-other members -- in this loop, other threads or other processes. The group protocol runs inside
-``getmany`` (as in the sync consumer): call it at least every ``session_timeout_ms``.
-``on_assign`` / ``on_revoke`` (or a ``listener`` with aiokafka's ``on_partitions_assigned`` /
-``on_partitions_revoked``) may be plain functions or coroutines; they run on the event loop
-while the worker waits for them, and may ``await consumer.commit()`` (but not ``getmany``).
-A revoked partition's stash is dropped after ``on_revoke``. ``enable_auto_commit`` commits the
-handed-out positions every ``auto_commit_interval_ms`` (inside ``getmany``), before a revoke and on
-``stop`` (if possible, as ``Consumer.close``: a refusal is logged), whose shutdown goes on when it
-is cancelled (a later ``stop`` waits for it). Other options: :class:`~embedlog.Consumer`'s.
+**Groups.** ``group=`` plus topics (or :meth:`subscribe`) shares partitions with the group's other
+members -- in this loop, other threads or other processes. The group protocol runs inside
+``getmany`` (as in the sync consumer): call it at least every ``session_timeout_ms``. ``on_assign``
+/ ``on_revoke`` (or a ``listener`` with aiokafka's ``on_partitions_assigned`` /
+``on_partitions_revoked``) may be plain functions or coroutines; they run on the event loop while
+the worker waits for them, and may ``await consumer.commit()`` (but not ``getmany``). A revoked
+partition's stash is dropped after ``on_revoke``. ``enable_auto_commit`` commits the handed-out
+positions every ``auto_commit_interval_ms`` (inside ``getmany``), before a revoke (not when an
+evicted member lost the partitions) and on ``stop`` (if possible, as ``Consumer.close``: a refusal
+is logged), whose shutdown goes on when it is cancelled (a later ``stop`` waits for it). Other
+options: :class:`~embedlog.Consumer`'s.
 """
 
 from __future__ import annotations
@@ -327,8 +328,7 @@ class AsyncConsumer:
             self._stash.clear()
             return
         dropped = {_validate.topic_partition(tp) for tp in tps}  # checked before any change
-        for tp in dropped:
-            self._epochs[tp] = self._epochs.get(tp, 0) + 1
+        self._epochs.update({tp: self._epochs.get(tp, 0) + 1 for tp in dropped})
         self._stash = deque(r for r in self._stash
                             if TopicPartition(r.topic, r.partition) not in dropped)
 
@@ -461,7 +461,7 @@ class AsyncConsumer:
 
     async def _revoked(self, tps: list[TopicPartition]) -> None:
         try:
-            if self._auto_commit:
+            if self._auto_commit and ((m := self._started()._membership) is None or m.in_group):
                 await self._commit_handed()
             await _maybe_await(self._on_revoke, tps)
         finally:
