@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import embedlog
-from embedlog import LogClosedError, TopicPartition, UnknownTopicError, UsageError
+from doubles import ScriptedFS
+from embedlog import LogClosedError, StorageError, TopicPartition, UnknownTopicError, UsageError
 from embedlog.aio import AsyncConsumer, AsyncProducer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -399,3 +400,24 @@ async def test_an_evicted_member_with_auto_commit_rejoins_as_the_sync_consumer_d
     monkeypatch.setattr(membership, "monotonic_ms", real)
     await evicted.stop()
     other.close()
+
+
+async def test_a_batch_that_fails_to_be_written_fails_its_records_futures(log: embedlog.Log
+                                                                          ) -> None:
+    # aiokafka fails the futures of a batch the broker did not take; here the futures resolve
+    # after the round's batches were written, so none of them may report an offset that was
+    # never written, nor hand the batch's error to a record that was not in it.
+    log.create_topic("t", partitions=2)
+    async with AsyncProducer(log, linger_ms=50, max_batch_records=2) as producer:
+        fs = ScriptedFS()
+        fs.fail("pwrite", match=lambda call: (call.path or "").endswith(".log")
+                and "/t-0/" in (call.path or ""))
+        with embedlog._io.use_backend(fs):
+            futures = [await producer.send("t", b"r%d" % i, partition=0) for i in range(3)]
+            futures.append(await producer.send("t", b"other", partition=1))
+            results = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(r, StorageError) for r in results[:3]), results
+    assert list(log.read("t", 0)) == []
+    meta = results[3]
+    assert isinstance(meta, embedlog.RecordMetadata), meta  # another partition: written
+    assert [r.value for r in log.read("t", 1)] == [b"other"]

@@ -19,12 +19,13 @@ is kept because one thread writes. A record's future therefore resolves once its
 written (readable by consumers) -- and on disk with ``durability="fsync"`` (the producer's
 option, or the log's).
 
-Errors (unknown topic, a record too large, an I/O error) come back through the record's
-future. Cancelling a task that awaits a send does not take the record back. A ``send`` still
-waiting for buffer space when :meth:`AsyncProducer.stop` is called raises
-:class:`~embedlog.LogClosedError` (the record is not sent); every future ``send`` returned
-resolves. Options other than
-``linger_ms`` and ``max_buffer_records`` are those of :class:`~embedlog.Producer`.
+Errors (unknown topic, a record too large, an I/O error) come back through the record's future; an
+I/O error that fails a batch fails the future of each record it held, as aiokafka's do, and no
+other (unlike :class:`~embedlog.Producer`, which raises it at its next call). Cancelling a task
+that awaits a send does not take the record back. A ``send`` still waiting for buffer space when
+:meth:`AsyncProducer.stop` is called raises :class:`~embedlog.LogClosedError` (the record is not
+sent); every future ``send`` returned resolves. Options other than ``linger_ms`` and
+``max_buffer_records`` are those of :class:`~embedlog.Producer`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..producer import Producer
 from ..records import Header, RecordMetadata
 
 if TYPE_CHECKING:
+    from ..batch_writer import OpenBatch
     from ..log import Log
 
 __all__ = ["AsyncProducer"]
@@ -107,8 +109,8 @@ class AsyncProducer:
         # Writes happen at the end of each round (flush); the inner producer's own linger
         # thread only matters if a round is still filling a batch.
         self._producer = await loop.run_in_executor(
-            self._worker, lambda: Producer(self.log, durability="none", linger_ms=1000,
-                                           **self._options))
+            self._worker, lambda: _RoundProducer(self.log, durability="none", linger_ms=1000,
+                                                 **self._options))
         self._sender = asyncio.create_task(self._send_loop(), name="embedlog-aio-sender")
 
     async def stop(self) -> None:
@@ -231,26 +233,54 @@ class AsyncProducer:
     def _write_round(self, items: list[_Item]) -> list[RecordMetadata | BaseException]:
         """Worker thread: send every record in order, write the batches, fsync if asked."""
         producer = self._producer
-        assert producer is not None
+        assert isinstance(producer, _RoundProducer)
         out: list[RecordMetadata | BaseException] = []
         for topic, value, key, headers, partition, timestamp in items:
+            producer.sending = len(out)
             try:
                 out.append(producer.send(topic, value, key, headers=headers,
                                          partition=partition, timestamp=timestamp))
             except Exception as exc:
                 out.append(exc)
+        producer.sending = len(out)
         try:
             producer.flush()
             if self.durability == "fsync":
                 self.log.flush()
         except Exception as exc:  # nothing of this round is known to be written
             out = [r if isinstance(r, BaseException) else exc for r in out]
+        failed, producer.failed = producer.failed, []
+        for topic, partition, base, error, upto in failed:
+            for i, r in enumerate(out[: upto + 1]):
+                if isinstance(r, RecordMetadata) and r[:2] == (topic, partition) and (
+                        r.offset >= base):
+                    out[i] = error
         return out
 
     def __repr__(self) -> str:
         state = " stopped" if self._stopped else "" if self._sender else " not started"
         return f"<embedlog.aio.AsyncProducer {self.log.path!r} durability={self.durability}" \
                f"{state}>"
+
+
+class _RoundProducer(Producer):
+    """The worker's producer. A batch that fails to be written (an I/O error) is reported by
+    the futures of the records it held, not raised by the next call as :class:`Producer` does:
+    ``failed`` lists ``(topic, partition, base offset, error, index)`` of each, ``index``
+    the round's record being sent when it failed (``sending``): that one and the records
+    before it of the partition from the base offset on were in it."""
+
+    def __init__(self, log: Log, **options: Any) -> None:
+        super().__init__(log, **options)
+        self.sending = 0
+        self.failed: list[tuple[str, int, int, BaseException, int]] = []
+
+    def _closed_batch(self, slot: OpenBatch, error: BaseException | None) -> None:
+        if error is None:
+            super()._closed_batch(slot, None)
+            return
+        self._open.pop(slot, None)
+        self.failed.append((slot.topic, slot.index, slot.base, error, self.sending))
 
 
 def _no_loop() -> asyncio.Future[Any]:
