@@ -313,6 +313,21 @@ def test_group_configuration_errors(log: embedlog.Log) -> None:
     c2.close()
 
 
+def test_a_heartbeat_interval_not_below_the_session_timeout_is_refused(log: embedlog.Log
+                                                                       ) -> None:
+    # kafka-python refuses it (KafkaConfigurationError): a member heartbeats only that often,
+    # so the others would evict it while it polls without pause, over and over.
+    log.create_topic("t", partitions=2)
+    for heartbeat in (1000, 5000):
+        with pytest.raises(InvalidConfigError, match="heartbeat_interval_ms"):
+            log.consumer("t", group="g", session_timeout_ms=1000, heartbeat_interval_ms=heartbeat)
+    assert not (pathlib.Path(log.path) / "__groups" / "g").exists()  # refused before joining
+    with log.consumer("t", session_timeout_ms=1000, heartbeat_interval_ms=5000) as alone:
+        assert alone.assignment() == set(tps("t", 0, 1))  # no group: nothing to heartbeat
+    with log.consumer("t", group="g", session_timeout_ms=1000, heartbeat_interval_ms=999) as ok:
+        assert ok.assignment() == set(tps("t", 0, 1))
+
+
 # --------------------------------------------------------------------------- members in processes
 
 

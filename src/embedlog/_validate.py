@@ -315,17 +315,24 @@ def topic_names(value: object, name: str = "topics") -> list[str]:
 
 
 def consumer_options(auto_offset_reset: object, isolation_level: object,
-                     max_poll_records: object, *durations_ms: object) -> None:
+                     max_poll_records: object, *durations_ms: object, group: object = None
+                     ) -> None:
     """A consumer's choices, ``max_poll_records`` and ms durations (in the order of
     :data:`_CONSUMER_DURATIONS`; only the last may be ``None``), as
-    :class:`~embedlog.errors.InvalidConfigError`."""
+    :class:`~embedlog.errors.InvalidConfigError`. With a ``group`` the heartbeat interval must
+    be below the session timeout (kafka-python's rule): a member heartbeats only that often, so
+    the others would evict it while it polls."""
     try:
         count(max_poll_records, "max_poll_records")
-        for name, value in zip(_CONSUMER_DURATIONS, durations_ms, strict=True):
-            if value is not None or name != "consumer_timeout_ms":
-                seconds(value, name)
+        ms = {name: seconds(value, name)
+              for name, value in zip(_CONSUMER_DURATIONS, durations_ms, strict=True)
+              if value is not None or name != "consumer_timeout_ms"}
     except UsageError as exc:
         raise InvalidConfigError(str(exc)) from None
+    if group is not None and ms["heartbeat_interval_ms"] >= ms["session_timeout_ms"]:
+        raise InvalidConfigError(
+            f"heartbeat_interval_ms ({durations_ms[2]!r}) must be lower than session_timeout_ms "
+            f"({durations_ms[1]!r}): a member heartbeats that often, and is evicted after it")
     if auto_offset_reset not in ("earliest", "latest", "none"):
         raise InvalidConfigError(
             f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")

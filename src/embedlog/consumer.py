@@ -121,7 +121,7 @@ class Consumer(Commits):
     ) -> None:
         _validate.consumer_options(auto_offset_reset, isolation_level, max_poll_records,
                                    auto_commit_interval_ms, session_timeout_ms,
-                                   heartbeat_interval_ms, consumer_timeout_ms)
+                                   heartbeat_interval_ms, consumer_timeout_ms, group=group)
         if log.closed:
             raise LogClosedError(f"the log at {log.path} is closed")
         self.log = log
