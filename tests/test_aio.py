@@ -421,3 +421,33 @@ async def test_a_batch_that_fails_to_be_written_fails_its_records_futures(log: e
     meta = results[3]
     assert isinstance(meta, embedlog.RecordMetadata), meta  # another partition: written
     assert [r.value for r in log.read("t", 1)] == [b"other"]
+
+
+async def test_the_first_on_assign_of_start_may_use_the_consumer(log: embedlog.Log) -> None:
+    # aiokafka's listener pattern: on_partitions_assigned seeks to offsets kept elsewhere.
+    # The first assignment comes from start() itself, so the consumer must be usable there.
+    log.create_topic("t", partitions=2)
+    for p in range(2):
+        log.append_batch("t", [b"%d-%d" % (p, i) for i in range(10)], partition=p)
+    seen: dict[TopicPartition, int] = {}
+
+    class Listener:
+        async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+            for tp in assigned:
+                seen[tp] = await consumer.position(tp)
+                consumer.seek(tp, 7)
+            await consumer.commit({tp: 3 for tp in assigned})
+
+        def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+            pass
+
+    consumer = AsyncConsumer(log, "t", group="g", listener=Listener())
+    async with consumer:
+        assert seen == {TopicPartition("t", 0): 0, TopicPartition("t", 1): 0}
+        assert consumer.assignment() == set(seen)
+        got = await drain(consumer, 6)
+        assert sorted((r.partition, r.offset) for r in got) == [
+            (p, o) for p in range(2) for o in (7, 8, 9)]
+        assert await consumer.committed(TopicPartition("t", 1)) == 3
+    with pytest.raises(UnknownTopicError):  # a failed start leaves nothing running
+        await AsyncConsumer(log, "missing", group="g2").start()

@@ -91,8 +91,7 @@ class AsyncConsumer:
         if listener is not None:
             on_assign = getattr(listener, "on_partitions_assigned", on_assign)
             on_revoke = getattr(listener, "on_partitions_revoked", on_revoke)
-        self.log, self.group = log, group
-        self._topics = topics
+        self.log, self.group, self._topics = log, group, topics
         self._options = dict(options, group=group)
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._auto_commit = enable_auto_commit and group is not None
@@ -107,8 +106,7 @@ class AsyncConsumer:
         self._assigned_now: frozenset[TopicPartition] = frozenset()
         self._inflight: asyncio.Future[list[Record]] | None = None
         self._error: BaseException | None = None
-        self._lock = asyncio.Lock()
-        self._stopping = False
+        self._lock, self._stopping = asyncio.Lock(), False
         self._shutdown: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -123,14 +121,17 @@ class AsyncConsumer:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="embedlog-aio-consumer")
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
         self._sync = await self._call(self._open)
+        if self._topics:  # once started: the first on_assign may seek, commit, ... (aiokafka's)
+            try:
+                await self.subscribe(self._topics)
+            except Exception:
+                await self.stop()
+                raise
 
     def _open(self) -> Consumer:
-        consumer = Consumer(self.log, on_assign=self._bridge(self._assigned),
-                            on_revoke=self._bridge(self._revoked), enable_auto_commit=False,
-                            **self._options)
-        if self._topics:
-            consumer.subscribe(self._topics)
-        return consumer
+        return Consumer(self.log, on_assign=self._bridge(self._assigned),
+                        on_revoke=self._bridge(self._revoked), enable_auto_commit=False,
+                        **self._options)
 
     async def stop(self) -> None:
         """Commit (with auto commit), leave the group, close (see the module notes)."""
@@ -285,10 +286,9 @@ class AsyncConsumer:
             return
         if epochs[0] != self._epoch_all:
             return
-        before = epochs[1]
         for r in fut.result():
             tp = TopicPartition(r.topic, r.partition)
-            if before.get(tp, 0) == self._epochs.get(tp, 0):
+            if epochs[1].get(tp, 0) == self._epochs.get(tp, 0):
                 self._stash.append(r)
 
     async def _settle(self) -> None:
