@@ -181,6 +181,60 @@ def test_close_is_idempotent_and_final(log: embedlog.Log) -> None:
     assert log.end_offset("t", 0) == 1
 
 
+class _GatedLock:
+    """A batch's lock that holds one thread back at its first acquire until ``gate`` opens."""
+
+    def __init__(self, inner: threading.Lock, thread_name: str) -> None:
+        self.inner, self.thread_name = inner, thread_name
+        self.arrived, self.gate = threading.Event(), threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if threading.current_thread().name == self.thread_name and not self.arrived.is_set():
+            self.arrived.set()
+            assert self.gate.wait(10)
+        return self.inner.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_send_racing_close_is_written_or_refused(log: embedlog.Log) -> None:
+    # Kafka's accumulator refuses an append once close() began ("Producer closed while send
+    # in progress"); a send acknowledged with an offset must be written by close().
+    log.create_topic("t")
+    producer = log.producer(linger_ms=60_000)
+    producer.send("t", b"0", partition=0, headers=[("h", b"1")])
+    producer.flush()
+    slot = producer._slots[("t", 0)]
+    gated = slot.lock = _GatedLock(slot.lock, "late-sender")  # type: ignore[assignment]
+    outcome: list[object] = []
+
+    def late() -> None:
+        try:
+            outcome.append(producer.send("t", b"late", partition=0, headers=[("h", b"2")]))
+        except LogClosedError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=late, name="late-sender")
+    sender.start()
+    assert gated.arrived.wait(10)  # past its checks, about to take the batch's lock
+    producer.close()
+    gated.gate.set()
+    sender.join(10)
+    [result] = outcome
+    if isinstance(result, embedlog.RecordMetadata):  # acknowledged: then it is written
+        assert [r.value for r in log.read("t", 0, result.offset)] == [b"late"]
+    else:
+        assert isinstance(result, LogClosedError)
+        assert log.end_offset("t", 0) == 1
+
+
 def test_usage_errors(log: embedlog.Log, log_dir: pathlib.Path) -> None:
     log.create_topic("t", partitions=2)
     log.create_topic("c", config={"cleanup.policy": "compact"})

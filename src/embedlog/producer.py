@@ -65,7 +65,7 @@ A producer is thread-safe and several may share a ``Log``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from . import _fork, _validate
 from ._client_api import Durability, ProducerLog
@@ -176,6 +176,7 @@ class Producer:
         self._open: dict[OpenBatch, None] = {}
         self._error: BaseException | None = None
         self._closed = False
+        self._closing = False  # set first by close(): sends racing it write nothing and raise
         self._trouble = False  # _error is set, the producer is closed, or in a fork() child
         _fork.track(self)
         self._linger = Linger(self._open, linger_ms)
@@ -258,6 +259,9 @@ class Producer:
         lock.acquire()
         if not slot.open:
             self._reopen(slot)  # raises without the lock
+        if self._closing:  # close() may have flushed already: add nothing it would not write
+            lock.release()
+            self._refuse_closing(slot)
         try:
             lane = slot.lane
             if headers is not None or slot.headers is not None:
@@ -277,6 +281,13 @@ class Producer:
         elif full:
             self._write_now(slot)
         return _new(RecordMetadata, (topic, slot.index, offset, timestamp))  # type: ignore[no-any-return]
+
+    def _refuse_closing(self, slot: LaneBatch) -> NoReturn:
+        """A send that met ``close()``: write the batch it may have opened (with any record a
+        racing lane call added to it), then raise."""
+        slot.settle()
+        self._check()
+        raise LogClosedError("the producer is closed")
 
     def _prepare(
         self, topic: str, value: Any, key: Any, headers: Sequence[Header] | None
@@ -406,10 +417,12 @@ class Producer:
             self._check()
 
     def close(self) -> None:
-        """Flush and stop the background writer. Idempotent."""
+        """Flush and stop the background writer. Idempotent. A ``send`` in another thread
+        meanwhile is written by it, or refused with :class:`~embedlog.LogClosedError`."""
         if self._closed or self._forked:  # a child's close: its locks may be held by no one
             self._closed = True
             return
+        self._closing = True
         try:
             if not self.log.closed:
                 self.flush()
