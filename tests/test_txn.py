@@ -306,3 +306,73 @@ def test_fenced_producer_writes_nothing_to_a_partition_it_had_added(
     assert lg.last_stable_offset("out", 0) == end
     assert _committed(lg, 0) == []
     lg.close()
+
+
+@pytest.mark.parametrize("bad", [
+    {"value": "text"}, {"value": b"v", "key": 5}, {"value": b"v", "timestamp": -3},
+    {"value": b"v", "timestamp": 1.5}, {"value": b"v", "headers": [("k", "text")]},
+    {"value": b"v", "headers": "k"},
+])
+def test_a_bad_record_is_refused_by_send_not_by_the_commit(log: embedlog.Log,
+                                                           bad: dict[str, Any]) -> None:
+    # As Producer.send: the record is checked when it is sent, with embedlog's errors; the
+    # transaction goes on with the good records (nothing bad is ever stored).
+    p = log.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"good", partition=1)
+    with pytest.raises(UsageError):
+        p.send("out", partition=0, **bad)
+    p.commit_transaction()
+    assert _committed(log, 1) == [b"good"] and _committed(log, 0) == []
+    p.close()
+
+
+def test_the_records_a_transaction_buffers_are_copied_and_need_keys_when_compacted(
+        log: embedlog.Log) -> None:
+    log.create_topic("c", config={"cleanup.policy": "compact"})
+    p = log.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    with pytest.raises(UsageError, match="compacted"):
+        p.send("c", b"keyless", partition=0)
+    buffer = bytearray(b"first")
+    p.send("out", buffer, partition=0)
+    buffer[:] = b"later"  # reused by the caller before the commit
+    p.commit_transaction()
+    assert _committed(log, 0) == [b"first"]
+    p.close()
+
+
+@pytest.mark.parametrize("offsets, group", [
+    ({("in", "0"): 5}, "g"), ({("in", 0, 1): 5}, "g"), ({"in": 5}, "g"),
+    ([(TopicPartition("in", 0), 5)], "g"), ({TopicPartition("in", 0): -1}, "g"),
+    ({TopicPartition("in", 0): True}, "g"), ({TopicPartition("in", 0): 5}, "../g"),
+    ({TopicPartition("in", 0): 5}, 7),
+])
+def test_malformed_transaction_offsets_are_refused_before_they_are_recorded(
+        tmp_path: pathlib.Path, offsets: Any, group: Any) -> None:
+    # A partition given as "0" used to be recorded in the coordinator's state log: the commit
+    # then failed after its decision and the log never opened again.
+    with _open(tmp_path / "log") as log:
+        log.create_topic("out")
+        p = log.producer(transactional_id="t")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("out", b"v", partition=0)
+        with pytest.raises(UsageError):
+            p.send_offsets_to_transaction(offsets, group)
+        p.send_offsets_to_transaction({TopicPartition("in", 0): _Offset(4)}, "g")
+        p.commit_transaction()
+        p.close()
+    with _open(tmp_path / "log") as log:
+        assert _committed(log, 0) == [b"v"]
+        with log.consumer(group="g") as c:
+            assert c.committed(TopicPartition("in", 0)) == 4
+
+
+class _Offset:
+    """kafka-python's OffsetAndMetadata, as far as a commit reads it."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset

@@ -24,8 +24,9 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .batch_writer import choose_codec, write_records
-from .errors import EmbedlogError, ProducerFencedError, UsageError
+from . import _paths, _validate
+from .batch_writer import choose_codec, key_required, write_records
+from .errors import EmbedlogError, InvalidConfigError, ProducerFencedError, UsageError
 from .partition import Partition
 from .partitioner import partition_for_key
 from .producer_state import ProducerStamp
@@ -52,6 +53,13 @@ class _Pending:
         self.keys: list[bytes | None] = []
         self.timestamps: list[int] = []
         self.headers: list[Sequence[Header] | None] = []
+
+
+def _owned(data: object, what: str) -> bytes | None:
+    """A key or value to buffer: ``None`` or a copy of its bytes (the caller may reuse a
+    buffer before the commit writes it)."""
+    checked = _validate.optional_bytes(data, what)
+    return None if checked is None else bytes(checked)
 
 
 class TransactionalProducer:
@@ -150,17 +158,24 @@ class TransactionalProducer:
         k = key if key is None or self._key_serializer is None else self._key_serializer(key)
         v = (value if value is None or self._value_serializer is None
              else self._value_serializer(value))
+        # Checked now, as Producer.send does: what is buffered is written only at the commit.
+        k, v = _owned(k, "key"), _owned(v, "value")
+        checked_headers = _validate.headers(headers)
+        timestamp = self.log.clock() if timestamp is None else _validate.timestamp_ms(timestamp)
         count = self.log.partition_count(topic)
         if partition is None:
             partition = (partition_for_key(k, count) if k is not None
                          else len(self._pending) % count)
         elif type(partition) is not int or not 0 <= partition < count:
             raise UsageError(f"topic {topic!r} has no partition {partition!r}")
+        config = self.log._partition_of(topic, partition).config
+        if k is None and config.compact:
+            raise key_required(topic, config)
         pend = self._pending.setdefault((topic, partition), _Pending())
         pend.values.append(v)
         pend.keys.append(k)
-        pend.timestamps.append(self.log.clock() if timestamp is None else timestamp)
-        pend.headers.append(headers)
+        pend.timestamps.append(timestamp)
+        pend.headers.append(checked_headers)
         return TopicPartition(topic, partition)
 
     def flush(self) -> list[RecordMetadata]:
@@ -200,12 +215,12 @@ class TransactionalProducer:
         """Commit ``offsets`` (next offsets to read) for ``group`` when the transaction
         commits, and never if it aborts."""
         self._check(in_txn=True)
+        _paths.component(group, "group name", InvalidConfigError)
         rows: dict[tuple[str, int], int] = {}
-        for tp, off in offsets.items():
-            topic, part = tp
-            if type(off) is not int or off < 0:
-                raise UsageError(f"offset for {tp} must be a non-negative int, not {off!r}")
-            rows[(topic, part)] = off
+        for key, off in _validate.mapping(offsets, "offsets", "TopicPartition to offset").items():
+            tp = _validate.topic_partition(key, "offsets key")
+            rows[tp] = _validate.offset(getattr(off, "offset", off),
+                                        f"offset of {tp.topic}-{tp.partition}")
         self._coordinated(self.log._transactions().add_offsets, group, rows)
 
     def commit_transaction(self) -> None:
