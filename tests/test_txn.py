@@ -376,3 +376,26 @@ class _Offset:
 
     def __init__(self, offset: int) -> None:
         self.offset = offset
+
+
+def test_after_a_failed_write_the_transaction_can_only_be_aborted(log: embedlog.Log) -> None:
+    # Kafka's abortable error: a commit after part of the transaction failed to be written
+    # would commit the rest alone. A record too large fails when the batch is written.
+    p = log.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"good", partition=0)
+    p.send("out", b"x" * 2_000_000, partition=1)
+    with pytest.raises(embedlog.RecordTooLargeError):
+        p.commit_transaction()
+    for call in (p.commit_transaction, p.flush, lambda: p.send("out", b"more", partition=2),
+                 lambda: p.send_offsets_to_transaction({TopicPartition("in", 0): 1}, "g")):
+        with pytest.raises(embedlog.TransactionStateError, match="abort"):
+            call()
+    p.abort_transaction()
+    assert _committed(log, 0) == [] and _committed(log, 1) == []
+    p.begin_transaction()  # the next transaction goes on normally
+    p.send("out", b"next", partition=0)
+    p.commit_transaction()
+    assert _committed(log, 0) == [b"next"]
+    p.close()

@@ -130,7 +130,8 @@ class OutOfOrderSequenceError(UsageError):
 class TransactionStateError(UsageError):
     """A transaction cannot be changed as asked: no transaction is open at the given offset of
     the partition, or the coordinator still has it ongoing (its producer, or its
-    ``transaction.timeout.ms``, ends it)."""
+    ``transaction.timeout.ms``, ends it); or a transactional producer is asked to go on with
+    a transaction a write of which failed (only ``abort_transaction`` is allowed then)."""
 
 
 class StorageError(EmbedlogError, OSError):

@@ -15,7 +15,10 @@ idempotent batches of the producer id and epoch) by :meth:`flush`, by
 recorded with the coordinator (:mod:`embedlog.txn_coordinator`) before its first batch. Before
 the commit decision every written partition is fsynced, so a committed transaction is always
 durable. :class:`~embedlog.errors.ProducerFencedError` from any call means a newer producer
-with the same id took over (or the transaction timed out): the producer is unusable.
+with the same id took over (or the transaction timed out): the producer is unusable. A record
+is checked when it is sent; a write that fails later (a record too large, an I/O error) leaves
+the transaction abortable only (:class:`~embedlog.errors.TransactionStateError` until
+:meth:`TransactionalProducer.abort_transaction`), as Kafka's abortable errors do.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from typing import Any, Protocol
 
 from . import _paths, _validate
 from .batch_writer import choose_codec, key_required, write_records
-from .errors import EmbedlogError, InvalidConfigError, ProducerFencedError, UsageError
+from .errors import (
+    EmbedlogError,
+    InvalidConfigError,
+    ProducerFencedError,
+    TransactionStateError,
+    UsageError,
+)
 from .partition import Partition
 from .partitioner import partition_for_key
 from .producer_state import ProducerStamp
@@ -102,6 +111,7 @@ class TransactionalProducer:
         self._in_txn = False
         self._fenced = False
         self._closed = False
+        self._failed: BaseException | None = None  # a write of this transaction failed
 
     # ------------------------------------------------------------------ state
 
@@ -115,6 +125,15 @@ class TransactionalProducer:
         if in_txn is not None and in_txn != self._in_txn:
             raise UsageError("no transaction in progress" if in_txn
                              else "a transaction is already in progress")
+
+    def _check_writable(self) -> None:
+        """Refuse to go on with a transaction a write of which failed: some of its records
+        are lost, so it may only be aborted (Kafka's abortable error state)."""
+        self._check(in_txn=True)
+        if self._failed is not None:
+            raise TransactionStateError(
+                f"a write of this transaction failed ({self._failed}); abort it: "
+                "abort_transaction()") from self._failed
 
     def _coordinated(self, fn: Any, *args: Any) -> Any:
         """Call a coordinator method; a fence makes this producer unusable."""
@@ -134,6 +153,7 @@ class TransactionalProducer:
             self.transactional_id, self.transaction_timeout_ms)
         self._stamps.clear()
         self._in_txn = self._fenced = False
+        self._failed = None
 
     def begin_transaction(self) -> None:
         self._check(in_txn=False)
@@ -154,7 +174,7 @@ class TransactionalProducer:
     ) -> TopicPartition:
         """Buffer one record of the transaction; returns the partition it goes to (its offset
         is known once it is written by :meth:`flush` or the commit)."""
-        self._check(in_txn=True)
+        self._check_writable()
         k = key if key is None or self._key_serializer is None else self._key_serializer(key)
         v = (value if value is None or self._value_serializer is None
              else self._value_serializer(value))
@@ -184,8 +204,9 @@ class TransactionalProducer:
         The transaction is checked with the coordinator (new partitions recorded) and the
         records written under the coordinator's lock: a timeout or a newer producer of the id
         cannot settle the transaction in between, whose markers would come before this data
-        and leave it open for good (a fenced producer writes nothing)."""
-        self._check(in_txn=True)
+        and leave it open for good (a fenced producer writes nothing). If a write fails (a
+        record too large, an I/O error) the transaction can only be aborted from then on."""
+        self._check_writable()
         pending, self._pending = self._pending, {}
         if not pending:
             return []
@@ -193,7 +214,11 @@ class TransactionalProducer:
         with coord.lock:
             self._coordinated(coord.add_partitions, list(pending))
             self._added.update(pending)
-            return self._write(pending)
+            try:
+                return self._write(pending)
+            except Exception as exc:
+                self._failed = exc
+                raise
 
     def _write(self, pending: dict[tuple[str, int], _Pending]) -> list[RecordMetadata]:
         out: list[RecordMetadata] = []
@@ -214,7 +239,7 @@ class TransactionalProducer:
     ) -> None:
         """Commit ``offsets`` (next offsets to read) for ``group`` when the transaction
         commits, and never if it aborts."""
-        self._check(in_txn=True)
+        self._check_writable()
         _paths.component(group, "group name", InvalidConfigError)
         rows: dict[tuple[str, int], int] = {}
         for key, off in _validate.mapping(offsets, "offsets", "TopicPartition to offset").items():
@@ -237,7 +262,7 @@ class TransactionalProducer:
         self._check(in_txn=True)
         self._pending = {}
         self._coordinated(self.log._transactions().end, False)
-        self._in_txn = False
+        self._in_txn, self._failed = False, None
 
     def close(self) -> None:
         """Abort an open transaction (best effort) and close."""
