@@ -235,6 +235,15 @@ def test_a_send_racing_close_is_written_or_refused(log: embedlog.Log) -> None:
         assert log.end_offset("t", 0) == 1
 
 
+def test_partitions_for_is_a_set_as_in_kafka_python(log: embedlog.Log) -> None:
+    # kafka-python's KafkaProducer.partitions_for and AsyncProducer.partitions_for: a set.
+    log.create_topic("t", partitions=3)
+    with log.producer() as producer:
+        assert producer.partitions_for("t") == {0, 1, 2}
+        with pytest.raises(UnknownTopicError):
+            producer.partitions_for("nope")
+
+
 def test_usage_errors(log: embedlog.Log, log_dir: pathlib.Path) -> None:
     log.create_topic("t", partitions=2)
     log.create_topic("c", config={"cleanup.policy": "compact"})

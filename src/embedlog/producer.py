@@ -450,9 +450,9 @@ class Producer:
         self._fast = self._plain and not trouble
         self._lane = self._fast
 
-    def partitions_for(self, topic: str) -> list[int]:
-        """The partition numbers of ``topic``."""
-        return list(range(self.log.partition_count(topic)))
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (a set, as kafka-python's and AsyncProducer's)."""
+        return set(range(self.log.partition_count(topic)))
 
     @property
     def closed(self) -> bool:
