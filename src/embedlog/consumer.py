@@ -93,7 +93,7 @@ class Consumer(Commits):
         isolation_level: ``"read_uncommitted"`` or ``"read_committed"``.
         assignor: ``"range"`` or ``"roundrobin"``.
         session_timeout_ms: a member silent this long is evicted from its group.
-        heartbeat_interval_ms: how often a member heartbeats and checks the others.
+        heartbeat_interval_ms: how often a member heartbeats (below ``session_timeout_ms``).
         on_assign, on_revoke: rebalance callbacks, ``f(list[TopicPartition])``.
         consumer_timeout_ms: iteration stops after this long without records (default never).
         client_id: prefix of the member id.
