@@ -4,6 +4,7 @@ and crashes at every step of the two-phase commit (settled all-or-nothing on reo
 from __future__ import annotations
 
 import pathlib
+import random
 from typing import Any
 
 import pytest
@@ -378,14 +379,28 @@ class _Offset:
         self.offset = offset
 
 
-def test_after_a_failed_write_the_transaction_can_only_be_aborted(log: embedlog.Log) -> None:
-    # Kafka's abortable error: a commit after part of the transaction failed to be written
-    # would commit the rest alone. A record too large fails when the batch is written.
+def test_a_record_too_large_is_refused_by_send(log: embedlog.Log) -> None:
     p = log.producer(transactional_id="t")
     p.init_transactions()
     p.begin_transaction()
     p.send("out", b"good", partition=0)
-    p.send("out", b"x" * 2_000_000, partition=1)
+    with pytest.raises(embedlog.RecordTooLargeError, match=r"max\.message\.bytes"):
+        p.send("out", b"x" * 2_000_000, partition=1)
+    p.commit_transaction()
+    assert _committed(log, 0) == [b"good"] and _committed(log, 1) == []
+    p.close()
+
+
+def test_after_a_failed_write_the_transaction_can_only_be_aborted(log: embedlog.Log) -> None:
+    # Kafka's abortable error: a commit after part of the transaction failed to be written
+    # would commit the rest alone. An incompressible record that passed send's size check
+    # grows past max.message.bytes when its batch is compressed.
+    log.create_topic("small", config={"max.message.bytes": 10_000})
+    p = log.producer(transactional_id="t", compression="gzip")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"good", partition=0)
+    p.send("small", random.Random(7).randbytes(10_000 - 61 - 32), partition=0)
     with pytest.raises(embedlog.RecordTooLargeError):
         p.commit_transaction()
     for call in (p.commit_transaction, p.flush, lambda: p.send("out", b"more", partition=2),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -44,11 +44,19 @@ from .segment import encode
 from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
 
-__all__ = ["OpenBatch", "check_keys", "choose_codec", "key_required", "spread", "write_records",
-           "write_unchecked"]
+__all__ = ["RECORD_OVERHEAD", "OpenBatch", "check_keys", "choose_codec", "headers_size",
+           "key_required", "spread", "write_records", "write_unchecked"]
 
+RECORD_OVERHEAD: Final = 32
+"""Upper bound of a record's framing (length, attributes, deltas, key/value lengths, headers
+count), so that the estimated size of a batch never falls short of the encoded one."""
 Keys = Sequence[bytes | None]
 Headers = Sequence[Sequence[Header] | None]
+
+
+def headers_size(headers: Sequence[Header]) -> int:
+    """Bytes ``headers`` (checked by :func:`._validate.headers`) add to a record at most."""
+    return sum(10 + len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
 
 
 def choose_codec(config: TopicConfig, requested: str | None) -> Compression:

@@ -69,7 +69,9 @@ from typing import Any, Final, NoReturn
 
 from . import _fork, _validate
 from ._client_api import Durability, ProducerLog
+from .batch_writer import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from .batch_writer import OpenBatch, key_required
+from .batch_writer import headers_size as _headers_size
 from .errors import (
     InvalidArgumentError,
     InvalidConfigError,
@@ -92,9 +94,6 @@ DEFAULT_BATCH_SIZE: Final = 256 * 1024
 """Bytes per batch (Kafka's default is 16 KiB; larger batches make a Python send loop faster)."""
 PRODUCER_IDS: Final = PRODUCER_IDS_FILE
 """File in the log directory holding the next free producer id (:mod:`.producer_state`)."""
-_RECORD_OVERHEAD: Final = 32
-"""Upper bound of a record's framing (length, attributes, deltas, key/value lengths, headers
-count), so that the estimated size of a batch never falls short of the encoded one."""
 _new = tuple.__new__
 _INT64_LIMIT: Final = _validate.INT64_LIMIT
 
@@ -105,11 +104,6 @@ def _as_bytes(data: object, what: str, serializer: object) -> bytes:
     hint = f" (or set a {what}_serializer)" if serializer is None else (
         f" ({what}_serializer returned it)")
     raise InvalidArgumentError(f"{what} must be bytes{hint}, not {type(data).__name__}")
-
-
-def _headers_size(headers: Sequence[Header]) -> int:
-    """Bytes ``headers`` (checked by :func:`._validate.headers`) add to a record at most."""
-    return sum(10 + len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
 
 
 class Producer:

@@ -28,11 +28,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from . import _paths, _validate
-from .batch_writer import choose_codec, key_required, write_records
+from .batch_writer import RECORD_OVERHEAD, choose_codec, headers_size, key_required, write_records
 from .errors import (
     EmbedlogError,
     InvalidConfigError,
     ProducerFencedError,
+    RecordTooLargeError,
     TransactionStateError,
     UsageError,
 )
@@ -40,6 +41,7 @@ from .partition import Partition
 from .partitioner import partition_for_key
 from .producer_state import ProducerStamp
 from .records import Header, RecordMetadata, TopicPartition
+from .segment import format as fmt
 from .txn_coordinator import TxnCoordinator
 
 __all__ = ["TransactionalProducer"]
@@ -191,6 +193,11 @@ class TransactionalProducer:
         config = self.log._partition_of(topic, partition).config
         if k is None and config.compact:
             raise key_required(topic, config)
+        size = RECORD_OVERHEAD + len(k or b"") + len(v or b"") + headers_size(checked_headers or ())
+        if size > config.max_message_bytes - fmt.HEADER_SIZE:  # as Producer.send: refused now
+            raise RecordTooLargeError(f"a record of about {size} bytes exceeds "
+                                      f"max.message.bytes={config.max_message_bytes} of topic "
+                                      f"{topic!r}")
         pend = self._pending.setdefault((topic, partition), _Pending())
         pend.values.append(v)
         pend.keys.append(k)
