@@ -3,19 +3,14 @@
 
 Where reading starts, per partition: ``--offset`` (needs ``--partition``), else ``--from-time``,
 else the log start -- or, with ``--follow`` (tail, like Kafka's ``latest``), the log end unless
-``--from-beginning``. With ``--group`` the command is a member of the group: it reads the
-partitions the group gives it, from the committed offsets (``--from-beginning`` or the rule above
-when there are none), commits as it goes and when it stops; ``groups reset-offsets`` moves a
-group's offsets. Without ``--follow`` the command stops once it has printed what the log held
-when it started; with it, it waits for new records (``--timeout-ms`` ends the wait).
-
-Text output is Kafka's: optional ``CreateTime:<ms>``, ``Partition:<n>``, ``Offset:<n>``,
-headers (``k:v,k2:v2`` or ``NO_HEADERS``) and key, then the value, separated by a tab; ``null``
-for a null key or value. ``--format json`` (or ``jsonl``) writes one object per record with every
-field (bytes as in :mod:`embedlog.cli.jsonbytes`); ``--format hex`` is text output with keys,
-values and header values in hex; ``csv``, ``parquet`` and ``arrow`` export (see
-:mod:`embedlog.cli.export`), to ``--output FILE`` (stdout for the text formats), with a progress
-bar on a terminal.
+``--from-beginning``. Under ``--isolation-level read_committed`` that end (of a tail, of
+``--offset latest``, of a read without ``--follow``) is the last stable offset, as a Kafka
+consumer's is: the records of a transaction open at the start are printed once it commits. With
+``--group`` the command is a member of the group: it reads the partitions the group gives it,
+from the committed offsets (``--from-beginning`` or the rule above when there are none), commits
+as it goes and when it stops; ``groups reset-offsets`` moves a group's offsets. Without
+``--follow`` the command stops once it has printed what the log held when it started; with it,
+it waits for new records (``--timeout-ms`` ends the wait).
 """
 
 from __future__ import annotations
@@ -76,21 +71,23 @@ class TextFormat:
 
 
 def _start(log: Log, tp: TopicPartition, offset: str | None, from_time: int | None,
-           tail: bool) -> int:
-    """Where an explicitly placed partition starts (see the module docstring)."""
+           tail: bool, latest: int) -> int:
+    """Where an explicitly placed partition starts (see the module docstring); ``latest``:
+    the end the isolation level sees (the last stable offset under ``read_committed``, as a
+    Kafka consumer's ``seekToEnd``)."""
     if offset is not None:
-        return _explicit_offset(log, tp, offset)
+        return _explicit_offset(log, tp, offset, latest)
     if from_time is not None:
         found = log.offsets_for_times(tp.topic, tp.partition, from_time)
         return log.end_offset(*tp) if found is None else found
-    return log.end_offset(*tp) if tail else log.start_offset(*tp)
+    return latest if tail else log.start_offset(*tp)
 
 
-def _explicit_offset(log: Log, tp: TopicPartition, offset: str) -> int:
+def _explicit_offset(log: Log, tp: TopicPartition, offset: str, latest: int) -> int:
     if offset == "earliest":
         return log.start_offset(*tp)
     if offset == "latest":
-        return log.end_offset(*tp)
+        return latest
     try:
         value = int(offset)
     except ValueError:
@@ -188,7 +185,7 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
         ends = {TopicPartition(topic, p): end_of(topic, p) for p in parts}
         if fmt in COLUMNAR:
             assert output is not None
-            ranges = {tp: (_start(log, tp, offset, from_time, False), end)
+            ranges = {tp: (_start(log, tp, offset, from_time, False, end), end)
                       for tp, end in ends.items()}
             count = export_columnar(log, fmt, output, ranges, max_messages)
             click.echo(f"Processed a total of {count} messages", err=True)
@@ -204,7 +201,7 @@ def consume(topic: str, partition: int | None, from_beginning: bool, offset: str
             else:
                 consumer.assign(list(ends))
                 for tp in ends:
-                    at = _start(log, tp, offset, from_time, tail)
+                    at = _start(log, tp, offset, from_time, tail, ends[tp])
                     consumer.seek(tp, at)
                     total += max(0, ends[tp] - at)
             bar = progressbar(0 if follow else min(total, max_messages or total), "Exporting")

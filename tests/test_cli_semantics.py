@@ -1,0 +1,83 @@
+"""The command line's answers compared with Kafka's tools: where ``consume`` starts and stops
+under each isolation level, and what ``dump-log`` prints of transaction markers."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import embedlog
+from embedlog.cli import cli
+from embedlog.consumer import Consumer
+
+
+def invoke(log_dir: pathlib.Path, *args: str) -> Result:
+    result = CliRunner().invoke(cli, [*args, "--dir", str(log_dir)], prog_name="embedlog")
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+@pytest.fixture
+def open_txn(log: embedlog.Log) -> Iterator[Any]:
+    """Topic ``t``: ``before`` (offset 0), then ``in-txn`` (offset 1) in a transaction still
+    open; yields its producer."""
+    log.create_topic("t")
+    log.append("t", b"before")
+    producer = log.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", b"in-txn", partition=0)
+    producer.flush()
+    assert (log.last_stable_offset("t", 0), log.end_offset("t", 0)) == (1, 2)
+    yield producer
+    producer.close()
+
+
+def _commit_on_first_poll(monkeypatch: pytest.MonkeyPatch, log: embedlog.Log,
+                          producer: Any) -> None:
+    """Once the command's consumer is placed and polls, the transaction commits and one more
+    record is appended."""
+    original = Consumer.poll
+    done: list[bool] = []
+
+    def poll(self: Consumer, *args: Any, **kwargs: Any) -> Any:
+        if not done:
+            done.append(True)
+            producer.commit_transaction()
+            log.append("t", b"after")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Consumer, "poll", poll)
+
+
+@pytest.mark.parametrize("placement", [["--follow"], ["--follow", "--partition", "0",
+                                                      "--offset", "latest"]])
+def test_read_committed_tail_starts_at_the_last_stable_offset(
+        log: embedlog.Log, log_dir: pathlib.Path, open_txn: Any,
+        monkeypatch: pytest.MonkeyPatch, placement: list[str]) -> None:
+    """Kafka's read_committed console consumer starts a tail at the last stable offset, so
+    the records of a transaction open then are printed once it commits."""
+    _commit_on_first_poll(monkeypatch, log, open_txn)
+    out = invoke(log_dir, "consume", "t", *placement, "--isolation-level", "read_committed",
+                 "--max-messages", "2", "--timeout-ms", "3000")
+    assert out.stdout.splitlines() == ["in-txn", "after"]
+
+
+def test_read_uncommitted_tail_starts_at_the_log_end(
+        log: embedlog.Log, log_dir: pathlib.Path, open_txn: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _commit_on_first_poll(monkeypatch, log, open_txn)
+    out = invoke(log_dir, "consume", "t", "--follow", "--max-messages", "1",
+                 "--timeout-ms", "3000")
+    assert out.stdout.splitlines() == ["after"]
+
+
+def test_read_committed_without_follow_stops_at_the_last_stable_offset(
+        log_dir: pathlib.Path, open_txn: Any) -> None:
+    assert invoke(log_dir, "consume", "t", "--isolation-level", "read_committed"
+                  ).stdout.splitlines() == ["before"]
+    assert invoke(log_dir, "consume", "t").stdout.splitlines() == ["before", "in-txn"]
