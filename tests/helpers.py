@@ -64,3 +64,52 @@ def both_cores(compiled: Any, fn: Callable[[], Any]) -> tuple[Any, Any]:
             except Exception as e:
                 out.append(("raised", type(e), str(e)))
     return out[0], out[1]
+
+
+def txn_ops(max_size: int) -> Any:
+    """Hypothesis lists of the operations :func:`run_txn_ops` plays."""
+    from hypothesis import strategies as st
+
+    return st.lists(st.one_of(
+        st.tuples(st.just("send"), st.sampled_from("ab"), st.integers(1, 30)),
+        st.tuples(st.just("commit"), st.sampled_from("ab")),
+        st.tuples(st.just("abort"), st.sampled_from("ab")),
+        st.tuples(st.just("plain"), st.integers(1, 30)),
+        st.tuples(st.just("delete"), st.floats(0, 1)),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("roll")),
+    ), max_size=max_size)  # fmt: skip
+
+
+def run_txn_ops(log: Any, ops: list[tuple[Any, ...]], producers: dict[str, Any],
+                after: Callable[[tuple[Any, ...]], None] | None = None) -> None:
+    """Play ``ops`` (as :func:`txn_ops` makes them) on partition 0 of topic ``t``: transactional
+    ``send`` (opening a transaction) / ``commit`` / ``abort`` of the ``producers`` by name
+    (initialised), ``plain`` appends, ``delete`` of a fraction of the records, ``compact``,
+    ``roll``; ``after(op)`` runs after each."""
+    open_: set[str] = set()
+    for op in ops:
+        kind, *args = op
+        if kind == "send":
+            name, n = args
+            if name not in open_:
+                producers[name].begin_transaction()
+                open_.add(name)
+            for i in range(n):
+                producers[name].send("t", b"x%d" % i, key=b"k%d" % (i % 4), partition=0)
+            producers[name].flush()
+        elif kind in ("commit", "abort") and args[0] in open_:
+            p = producers[args[0]]
+            p.commit_transaction() if kind == "commit" else p.abort_transaction()
+            open_.discard(args[0])
+        elif kind == "plain":
+            log.append_batch("t", [b"p"] * args[0], keys=[b"k"] * args[0], partition=0)
+        elif kind == "delete":
+            start, end = log.start_offset("t", 0), log.end_offset("t", 0)
+            log.delete_records("t", 0, start + int((end - start) * args[0]))
+        elif kind == "compact":
+            log.compact("t")
+        elif kind == "roll":
+            log.roll("t", 0)
+        if after is not None:
+            after(op)

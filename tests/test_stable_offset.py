@@ -10,20 +10,13 @@ import tempfile
 from typing import Any
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import embedlog
 from embedlog import TopicPartition
 from embedlog.transactions import last_stable_offset
+from helpers import run_txn_ops, txn_ops
 
-_OPS = st.lists(st.one_of(
-    st.tuples(st.just("send"), st.sampled_from("ab"), st.integers(1, 30)),
-    st.tuples(st.just("commit"), st.sampled_from("ab")),
-    st.tuples(st.just("abort"), st.sampled_from("ab")),
-    st.tuples(st.just("plain"), st.integers(1, 30)),
-    st.tuples(st.just("delete"), st.floats(0, 1)),
-    st.tuples(st.just("compact")),
-), max_size=25)  # fmt: skip
+_OPS = txn_ops(max_size=25)
 
 
 def _full(log: embedlog.Log) -> int:
@@ -34,32 +27,13 @@ def _full(log: embedlog.Log) -> int:
 
 def _run(log: embedlog.Log, ops: list[tuple[Any, ...]]) -> None:
     producers = {n: log.producer(transactional_id=n) for n in "ab"}
-    open_: set[str] = set()
     for p in producers.values():
         p.init_transactions()
-    for op in ops:
-        kind, *args = op
-        if kind == "send":
-            name, n = args
-            p = producers[name]
-            if name not in open_:
-                p.begin_transaction()
-                open_.add(name)
-            for i in range(n):
-                p.send("t", b"x%d" % i, key=b"k%d" % (i % 4), partition=0)
-            p.flush()
-        elif kind in ("commit", "abort") and args[0] in open_:
-            p = producers[args[0]]
-            p.commit_transaction() if kind == "commit" else p.abort_transaction()
-            open_.discard(args[0])
-        elif kind == "plain":
-            log.append_batch("t", [b"p"] * args[0], keys=[b"k"] * args[0], partition=0)
-        elif kind == "delete":
-            start, end = log.start_offset("t", 0), log.end_offset("t", 0)
-            log.delete_records("t", 0, start + int((end - start) * args[0]))
-        elif kind == "compact":
-            log.compact("t")
+
+    def check(op: tuple[Any, ...]) -> None:
         assert log.last_stable_offset("t", 0) == _full(log), op
+
+    run_txn_ops(log, ops, producers, check)
     for p in producers.values():
         p.close()
 

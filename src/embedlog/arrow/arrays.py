@@ -1,15 +1,24 @@
 """Arrow arrays shared by the two builders of :mod:`embedlog.arrow.columns` (numpy columns) and
 :mod:`embedlog.arrow.sink` (the compiled core's buffers): the per-partition constants, the
+``timestamp`` column (epoch milliseconds as ``timestamp[us]``, checked to fit), the
 ``timestampType`` column and the ``headers`` column."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["constant_column", "headers_array", "types_array"]
+from ..errors import UsageError
+
+__all__ = ["constant_column", "headers_array", "timestamp_array", "types_array"]
+
+_MAX_MILLIS = (2**63 - 1) // 1000
+"""The largest epoch millisecond whose microseconds fit Arrow's int64 ``timestamp[us]``; a
+stored timestamp may be up to ``2**63 - 1`` ms (year 292 million), and a negative one down to
+``-2**63`` (Kafka never writes below -1)."""
+_MIN_MILLIS = -(2**63 // 1000)
 
 Headers = Sequence[tuple[tuple[str, bytes | None], ...]] | None
 
@@ -26,6 +35,21 @@ def constant_column(name: str, topic: str, partition: int, n: int) -> pa.Array:
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
                                                       pa.py_buffer(raw * n)])
     raise ValueError(f"unknown column {name!r}")
+
+
+def timestamp_array(millis: np.ndarray, arrow_type: pa.DataType,
+                    offset_at: Callable[[int], int], where: str) -> pa.Array:
+    """``timestamp[us, tz=UTC]`` of int64 epoch ``millis``; a timestamp whose microseconds pass
+    int64 raises :class:`~embedlog.UsageError` naming the record (``where``, its offset from
+    ``offset_at(row)``) instead of wrapping around, as Spark's Kafka source refuses it."""
+    if len(millis) and (int(millis.max()) > _MAX_MILLIS or int(millis.min()) < _MIN_MILLIS):
+        row = int(np.argmax((millis > _MAX_MILLIS) | (millis < _MIN_MILLIS)))
+        raise UsageError(
+            f"the record at offset {offset_at(row)} of {where} has timestamp {int(millis[row])} "
+            "ms, beyond what Arrow's timestamp[us] holds: leave out the timestamp column "
+            "(columns=...) to export it")
+    micros = millis * 1000
+    return pa.Array.from_buffers(arrow_type, len(micros), [None, pa.py_buffer(micros)])
 
 
 def types_array(runs: Sequence[tuple[int, int]], n: int) -> pa.Array:

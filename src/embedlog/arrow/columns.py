@@ -29,7 +29,7 @@ from ..reader import restrict
 from ..records import RecordBatch
 from ..segment import _native
 from ..segment import format as fmt
-from .arrays import constant_column, headers_array, types_array
+from .arrays import constant_column, headers_array, timestamp_array, types_array
 from .sink import make_sink
 
 __all__ = ["APPENDED", "MAX_BATCH_BYTES", "Appended", "ArrowBatcher", "records_to_batch"]
@@ -227,8 +227,9 @@ def _column(
     if name == "offset":
         return pa.array(_concat([r.offsets for _, r in chunks], np.int64), type=pa.int64())
     if name == "timestamp":
-        millis = _concat([r.timestamps for _, r in chunks], np.int64)
-        return pa.array(millis * 1000, type=pa.int64()).view(arrow_type)
+        millis = np.ascontiguousarray(_concat([r.timestamps for _, r in chunks], np.int64))
+        return timestamp_array(millis, arrow_type, lambda row: int(
+            _concat([r.offsets for _, r in chunks], np.int64)[row]), f"{topic}-{partition}")
     if name == "timestampType":
         return types_array([(len(r), t) for t, r in chunks], n)
     if name in ("key", "value"):

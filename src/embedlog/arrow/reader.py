@@ -25,6 +25,10 @@ memory stays bounded whatever the log's size. ``columns`` picks and orders the c
 others are never built (reading only ``offset`` and ``timestamp`` never copies a key or value).
 ``isolation_level="read_committed"`` hides aborted transactions and stops each partition at its
 first open transaction (:mod:`embedlog.arrow.isolation`), as a Kafka consumer does.
+A record whose timestamp (epoch ms, stored up to ``2**63 - 1``) passes what
+``timestamp[us]`` holds (after the year 294,000) raises :class:`~embedlog.UsageError` naming it
+when the ``timestamp`` column is built, as Spark's Kafka source refuses it; leave that column out
+to export such a log.
 
 Works on a writer, on a read-only open beside a running writer, and on a Kafka broker's log
 directory opened read-only.

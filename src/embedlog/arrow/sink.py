@@ -27,7 +27,7 @@ from ..records import RecordBatch
 from ..segment import _native
 from ..segment import format as fmt
 from ..segment.decode import records_section
-from .arrays import Headers, constant_column, headers_array, types_array
+from .arrays import Headers, constant_column, headers_array, timestamp_array, types_array
 
 __all__ = ["SinkColumns", "make_sink"]
 
@@ -87,9 +87,10 @@ class SinkColumns:
                 arrays.append(pa.Array.from_buffers(pa.int64(), rows,
                                                     [None, pa.py_buffer(offsets)]))
             elif name == "timestamp":
-                micros = np.frombuffer(stamps, np.int64) * 1000  # (no pa.array: see arrays)
-                arrays.append(pa.Array.from_buffers(arrow_type, rows,
-                                                    [None, pa.py_buffer(micros)]))
+                arrays.append(timestamp_array(
+                    np.frombuffer(stamps, np.int64), arrow_type,
+                    lambda row: int(np.frombuffer(offsets, np.int64)[row]),
+                    f"{topic}-{partition}"))
             elif name in built:
                 arrays.append(_binary(rows, built[name]))
             elif name in ("topic", "partition"):
