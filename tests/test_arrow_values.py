@@ -156,3 +156,22 @@ def test_timestamps_beyond_arrow_microseconds_raise_instead_of_wrapping(
     # Without the timestamp column every record exports.
     assert log.read_table("t", columns=["offset", "value"]).column("value").to_pylist() == [
         b"a", b"b", b"c", b"d"]
+
+
+@pytest.mark.parametrize("ms", [1_714_564_800_123, 2_184_617_572_437, 2**41 + 7])
+def test_datetime_bounds_are_exact_milliseconds(log: embedlog.Log, ms: int) -> None:
+    """A datetime bound selects by the exact time (no float rounding, which loses a
+    millisecond after 2038); one between two milliseconds starts and ends at the next one:
+    records ``[ms - 1, ms, ms + 1]``, ``start_time``/``end_time`` at ``ms`` and ``ms + 0.5``."""
+    log.create_topic("t")
+    log.append_batch("t", [b"before", b"at", b"after"], timestamps=[ms - 1, ms, ms + 1])
+    at = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=ms)
+    half = at + dt.timedelta(microseconds=500)
+
+    def values(**bounds: Any) -> list[bytes]:
+        return log.read_table("t", columns=["value"], **bounds).column("value").to_pylist()
+
+    assert values(start_time=at) == values(start_time=ms) == [b"at", b"after"]
+    assert values(end_time=at) == values(end_time=ms) == [b"before"]
+    assert values(start_time=half) == [b"after"]
+    assert values(end_time=half) == [b"before", b"at"]

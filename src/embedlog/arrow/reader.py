@@ -6,9 +6,10 @@ applied to every topic, default all), from ``start_offset`` (default: the log st
 record at or after ``start_time``, to ``end_offset`` (exclusive; default: the log end when
 :func:`read_arrow` is called) or the first record at or after ``end_time``. Offsets are one int
 for every partition or a mapping ``{(topic, partition): offset}``; times are epoch milliseconds
-or aware ``datetime``\\ s, looked up through the time index as Spark's ``startingTimestamp`` /
-``endingTimestamp`` are (a start time after every record gives an empty range; an end time after
-every record means the log end). A start offset outside ``[log start, log end]`` raises
+or aware ``datetime``\\ s (exact; one between two milliseconds is the next), looked up through
+the time index as Spark's ``startingTimestamp`` / ``endingTimestamp`` are (a start time after
+every record gives an empty range; an end time after every record means the log end). A start
+offset outside ``[log start, log end]`` raises
 :class:`~embedlog.OffsetOutOfRangeError` (those records are gone or not there yet); an end offset
 past the log end is the log end. The plan -- every partition's range -- is fixed when
 :func:`read_arrow` returns, so records appended later are not read and every error about the
@@ -62,6 +63,7 @@ OffsetArg = Union[  # noqa: UP007 (a runtime alias)
     int, Mapping[TopicPartition, int], Mapping[tuple[str, int], int], None]
 TimeArg = Union[int, dt.datetime, None]  # noqa: UP007
 R = TypeVar("R", bound=Sized)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class LogReader(Protocol):
@@ -210,5 +212,8 @@ def _millis(value: TimeArg, what: str) -> int | None:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             raise UsageError(f"{what}: give an aware datetime (e.g. tzinfo=timezone.utc)")
-        return max(0, int(value.timestamp() * 1000))  # before 1970: every record is later
+        # Exact (a float's timestamp() is a millisecond short after 2038), rounded up: a
+        # record's whole millisecond is at or after the time only from the next one on.
+        micros = (value - _EPOCH) // dt.timedelta(microseconds=1)
+        return max(0, -(-micros // 1000))  # before 1970: every record is later
     return _validate.timestamp_ms(value, what)
