@@ -3,6 +3,7 @@ under each isolation level, and what ``dump-log`` prints of transaction markers.
 
 from __future__ import annotations
 
+import json
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -81,3 +82,20 @@ def test_read_committed_without_follow_stops_at_the_last_stable_offset(
     assert invoke(log_dir, "consume", "t", "--isolation-level", "read_committed"
                   ).stdout.splitlines() == ["before"]
     assert invoke(log_dir, "consume", "t").stdout.splitlines() == ["before", "in-txn"]
+
+
+def test_times_between_two_milliseconds_mean_the_next(log: embedlog.Log,
+                                                      log_dir: pathlib.Path) -> None:
+    """Every TIME option means "at or after": ``...00.0005Z`` passes over a record of
+    ``...00.000``, in consume, get-offsets and groups reset-offsets alike."""
+    t0 = 1_714_564_800_000  # 2024-05-01T12:00:00Z
+    log.create_topic("t")
+    log.append_batch("t", [b"at", b"next"], timestamps=[t0, t0 + 1])
+    for when, first in (("2024-05-01T12:00:00Z", 0), ("2024-05-01T12:00:00.0005Z", 1),
+                        ("2024-05-01T12:00:00.001Z", 1)):
+        assert invoke(log_dir, "consume", "t", "--from-time", when).stdout.splitlines() == [
+            b.decode() for b in (b"at", b"next")[first:]]
+        assert invoke(log_dir, "get-offsets", "--time", when).stdout.split() == [f"t:0:{first}"]
+        reset = invoke(log_dir, "groups", "reset-offsets", "g", "--topic", "t", "--json",
+                       "--to-datetime", when)
+        assert json.loads(reset.stdout)["offsets"][0]["new_offset"] == first

@@ -81,7 +81,8 @@ def open_log(
 
 def parse_time_ms(text: str) -> int:
     """Epoch milliseconds from ``1714564800000`` or ISO 8601 (``2024-05-01T12:00:00Z``,
-    ``2024-05-01 12:00``, ``2024-05-01``); a time without a zone is UTC."""
+    ``2024-05-01 12:00``, ``2024-05-01``); a time without a zone is UTC, one between two
+    milliseconds the next."""
     text = text.strip()
     if _INTEGER.match(text):
         return int(text)
@@ -94,7 +95,9 @@ def parse_time_ms(text: str) -> int:
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    return (when - _EPOCH) // dt.timedelta(milliseconds=1)
+    # Rounded up: the lookups (--from-time, --to-datetime, --time) mean "at or after", which a
+    # record's whole millisecond is only from the next one on.
+    return -((_EPOCH - when) // dt.timedelta(milliseconds=1))
 
 
 def format_time_ms(ms: int) -> str:
