@@ -113,3 +113,20 @@ def run_txn_ops(log: Any, ops: list[tuple[Any, ...]], producers: dict[str, Any],
             log.roll("t", 0)
         if after is not None:
             after(op)
+
+
+def aborted_log(path: pathlib.Path) -> pathlib.Path:
+    """A log whose only segment holds a committed and an aborted transaction."""
+    import embedlog
+
+    with embedlog.open(path) as log:
+        log.create_topic("t")
+        p = log.producer(transactional_id="x")
+        p.init_transactions()
+        for commit in (True, False):
+            p.begin_transaction()
+            p.send("t", b"v", partition=0)
+            p.flush()  # on disk before the decision: the abort needs its marker
+            p.commit_transaction() if commit else p.abort_transaction()
+        p.close()
+    return next((path / "t-0").glob("*.txnindex"))

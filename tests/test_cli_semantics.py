@@ -14,10 +14,13 @@ from click.testing import CliRunner, Result
 import embedlog
 from embedlog.cli import cli
 from embedlog.consumer import Consumer
+from helpers import aborted_log
 
 
 def invoke(log_dir: pathlib.Path, *args: str) -> Result:
-    result = CliRunner().invoke(cli, [*args, "--dir", str(log_dir)], prog_name="embedlog")
+    """``embedlog ARGS`` on the log at ``log_dir``, which must succeed."""
+    result = CliRunner(env={"EMBEDLOG_DIR": str(log_dir)}).invoke(cli, list(args),
+                                                                 prog_name="embedlog")
     assert result.exit_code == 0, (result.output, result.exception)
     return result
 
@@ -99,3 +102,20 @@ def test_times_between_two_milliseconds_mean_the_next(log: embedlog.Log,
         reset = invoke(log_dir, "groups", "reset-offsets", "g", "--topic", "t", "--json",
                        "--to-datetime", when)
         assert json.loads(reset.stdout)["offsets"][0]["new_offset"] == first
+
+
+def test_dump_log_prints_markers_as_kafka_dump_log(log_dir: pathlib.Path) -> None:
+    """A COMMIT/ABORT marker's record line names its type and coordinator epoch, and never
+    prints the marker's key and value bytes as a key and payload."""
+    aborted_log(log_dir)
+    out = invoke(log_dir, "dump-log", str(log_dir / "t-0"), "--print-data-log").stdout
+    markers = [line for line in out.splitlines() if "endTxnMarker" in line]
+    assert [m.split(" sequence: ")[1] for m in markers] == [
+        "-1 headerKeys: [] endTxnMarker: COMMIT coordinatorEpoch: 0",
+        "-1 headerKeys: [] endTxnMarker: ABORT coordinatorEpoch: 0"]
+    assert out.count("payload: v") == 2
+    doc = json.loads(invoke(log_dir, "dump-log", str(log_dir / "t-0"), "--print-data-log",
+                            "--json").stdout)
+    records = [r for b in doc["files"][0]["batches"] for r in b["records"]]
+    assert [(r.get("endTxnMarker"), r.get("coordinatorEpoch")) for r in records] == [
+        (None, None), ("COMMIT", 0), (None, None), ("ABORT", 0)]

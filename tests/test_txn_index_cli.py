@@ -12,21 +12,7 @@ from click.testing import CliRunner
 import embedlog
 from embedlog.cli import cli
 from embedlog.index.txn_index import TxnIndexEntry, encode_entries
-
-
-def _aborted_log(path: pathlib.Path) -> pathlib.Path:
-    """A log whose only segment holds a committed and an aborted transaction."""
-    with embedlog.open(path) as log:
-        log.create_topic("t")
-        p = log.producer(transactional_id="x")
-        p.init_transactions()
-        for commit in (True, False):
-            p.begin_transaction()
-            p.send("t", b"v", partition=0)
-            p.flush()  # on disk before the decision: the abort needs its marker
-            p.commit_transaction() if commit else p.abort_transaction()
-        p.close()
-    return next((path / "t-0").glob("*.txnindex"))
+from helpers import aborted_log
 
 
 def _dump(*args: str) -> tuple[int, str]:
@@ -35,7 +21,7 @@ def _dump(*args: str) -> tuple[int, str]:
 
 
 def test_dump_log_prints_and_checks_a_txnindex(tmp_path: pathlib.Path) -> None:
-    index = _aborted_log(tmp_path / "log")
+    index = aborted_log(tmp_path / "log")
     code, out = _dump(str(index))
     assert code == 0, out
     lines = [line for line in out.splitlines() if line.startswith("version:")]
@@ -54,7 +40,7 @@ def test_dump_log_prints_and_checks_a_txnindex(tmp_path: pathlib.Path) -> None:
 
 def test_a_txnindex_that_misses_an_abort_or_names_data_is_reported(
         tmp_path: pathlib.Path) -> None:
-    index = _aborted_log(tmp_path / "log")
+    index = aborted_log(tmp_path / "log")
     pid = int(_dump(str(index))[1].split("producerId: ")[1].split()[0])
     index.write_bytes(b"")  # the ABORT marker at offset 3 has no entry
     code, out = _dump("--verify-index", str(index))
@@ -76,7 +62,7 @@ def test_a_txnindex_that_misses_an_abort_or_names_data_is_reported(
 
 def test_verify_reports_and_fix_drops_a_stale_txnindex(tmp_path: pathlib.Path) -> None:
     log = tmp_path / "log"
-    index = _aborted_log(log)
+    index = aborted_log(log)
     runner = CliRunner()
     assert runner.invoke(cli, ["verify", str(log)]).exit_code == 0
     index.write_bytes(b"")

@@ -8,8 +8,10 @@ remote among them, of which only the published segments are dumped: its files ar
 into a private cache (:mod:`embedlog.remote`) and named by their remote path.
 Batch lines use ``kafka-dump-log``'s field names, a ``.txnindex`` entry line
 its ``version: producerId: firstOffset: lastOffset: lastStableOffset:``; ``--deep-iteration``
-adds a line per record and ``--print-data-log`` its key and payload. ``--verify-index`` checks
-every entry of the segment's indexes (the ``.txnindex`` too, against the log's ABORT markers).
+adds a line per record (a transaction marker's: ``endTxnMarker: COMMIT coordinatorEpoch: 0``)
+and ``--print-data-log`` its key and payload (a marker's only in ``--json``).
+``--verify-index`` checks every entry of the segment's indexes (the ``.txnindex`` too, against
+the log's ABORT markers).
 The exit code is 3 when anything was invalid (a CRC, a record, an incomplete tail, an index
 entry), 5 when a segment is in Kafka's unsupported v0/v1 format.
 """
@@ -96,7 +98,9 @@ def _record_docs(b: WalkedBatch, data: bool) -> Iterator[dict[str, Any]]:
             "headerKeys": [k for k, _ in recs.header(i)],
         }
         if b.header.is_control:
-            doc["endTxnMarker"] = control_record_type(key)
+            doc["endTxnMarker"] = kind = control_record_type(key)
+            if kind in ("ABORT", "COMMIT") and value is not None and len(value) >= 6:
+                doc["coordinatorEpoch"] = int.from_bytes(value[2:6], "big", signed=True)
         if data:
             doc["key"] = to_json(key)
             doc["payload"] = to_json(value)
@@ -123,7 +127,7 @@ BATCH_FIELDS = ("baseOffset", "lastOffset", "count", "baseSequence", "lastSequen
                 "isControl", "deleteHorizonMs", "position", "CreateTime", "LogAppendTime",
                 "size", "magic", "compresscodec", "crc", "isvalid", "error")
 RECORD_FIELDS = ("offset", "CreateTime", "LogAppendTime", "keySize", "valueSize", "sequence",
-                 "headerKeys", "endTxnMarker", "key", "payload")
+                 "headerKeys", "endTxnMarker", "coordinatorEpoch", "key", "payload")
 
 
 @dataclass
@@ -166,6 +170,8 @@ class _Dump:
                 self.out(_text(doc, BATCH_FIELDS))
                 for r in records:
                     r[ts_type] = r.pop("timestamp")
+                    if "endTxnMarker" in r:  # a marker's key and value are its fields
+                        r.pop("key", None), r.pop("payload", None)
                     self.out("| " + _text(r, RECORD_FIELDS))
         self.problems += walk.bad_batches
         result: dict[str, Any] = {"path": path, "type": "log", "baseOffset": base,
