@@ -289,3 +289,35 @@ def test_a_count_line_padded_with_control_whitespace_is_parsed_as_it_is_checked(
     from embedlog.checkpoint import OFFSETS
 
     assert OFFSETS.parse("0\n1\x1f\x1f\nt 0 5\n") == [("t", 0, 5)]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_stay_within_what_a_read_decompresses(
+        log: embedlog.Log, codec: str) -> None:
+    """70 MiB of zeros compress far below max.message.bytes, but a reader decompresses at most
+    MAX_DECOMPRESSED of one batch: the write splits them into batches it can read back (a
+    single record that large is stored uncompressed), instead of acknowledging records every
+    later read fails on."""
+    from embedlog.segment import format as fmt
+    from embedlog.segment.codecs import MAX_DECOMPRESSED, compression_from_name
+    from embedlog.segment.encode import SectionTooLargeError
+
+    mib = bytes(1 << 20)
+    with pytest.raises(SectionTooLargeError):
+        fmt.encode_batch([mib * 65], timestamps=0, compression=compression_from_name(codec))
+    log.create_topic("t")
+    log.append_batch("t", [mib] * 70, keys=[b"k"] * 70, compression=codec,
+                     headers=[[("h", b"v")]] * 70)
+    log.create_topic("big", config={"max.message.bytes": 80 << 20, "segment.bytes": 200 << 20,
+                                    "compression.type": codec})
+    log.append("big", mib * 65, key=b"one")
+    for topic, count in (("t", 70), ("big", 1)):
+        records = list(log.read(topic, 0))
+        assert [r.offset for r in records] == list(range(count))
+        assert all(r.value == (mib if topic == "t" else mib * 65) for r in records)
+        assert log.read_table(topic, columns=["offset"]).num_rows == count
+        for batch in log.read_batches(topic, 0):
+            assert sum(len(batch.value(i)) for i in range(len(batch))) <= MAX_DECOMPRESSED \
+                or len(batch) == 1
+    assert [b.compression for b in log.read_batches("big", 0)] == ["none"]
+    assert {b.compression for b in log.read_batches("t", 0)} == {codec}

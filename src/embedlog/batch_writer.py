@@ -11,7 +11,10 @@ topic's write rules live in one place:
 * **keys**: a compacted topic refuses a record without a key (:func:`check_keys`);
 * **size**: a batch larger than ``max.message.bytes`` (compression can make it grow) is halved
   until it fits; a single record that does not fit raises
-  :class:`~embedlog.errors.RecordTooLargeError` (:func:`write_records`);
+  :class:`~embedlog.errors.RecordTooLargeError` (:func:`write_records`). A compressed batch
+  whose records pass :data:`~embedlog.segment.codecs.MAX_DECOMPRESSED` (what every reader
+  decompresses at most; the encoder refuses it) is halved too, and a single such record is
+  stored uncompressed: nothing is written that a read would refuse;
 * **idempotence**: a :class:`~embedlog.producer_state.ProducerStamp` puts producer id, epoch and
   base sequence into each batch header, advancing the sequence batch by batch.
 
@@ -172,12 +175,20 @@ def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
     """Encode and append (halving while too large); False, with nothing written, when the
     encoder does not take unchecked arguments as they are (``flags``: :func:`write_unchecked`)."""
     n = len(values)
-    batch = encode.encode_for_append(values, keys, headers, timestamps,
-                                     _attributes(codec, append_time, stamp), append_time, flags)
-    if batch is None:
-        return False
-    if len(batch) > p.config.max_message_bytes and n > 1:  # compression made it grow: halve
-        mid = n // 2
+    try:
+        batch = encode.encode_for_append(values, keys, headers, timestamps,
+                                         _attributes(codec, append_time, stamp), append_time,
+                                         flags)
+    except encode.SectionTooLargeError:  # no reader would decompress it
+        if n == 1:  # stored as is
+            return _write(p, values, keys, headers, timestamps, Compression.NONE, append_time,
+                          stamp, expect_base, out, append, flags)
+        batch = None
+    else:
+        if batch is None:  # the encoder did not take unchecked arguments
+            return False
+    if batch is None or (len(batch) > p.config.max_message_bytes and n > 1):
+        mid = n // 2  # too large (compression can make a batch grow): halve
         for lo, hi in ((0, mid), (mid, n)):
             _write(p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
                    timestamps if isinstance(timestamps, int) else timestamps[lo:hi], codec,

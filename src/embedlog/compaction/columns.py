@@ -22,15 +22,12 @@ import numpy.typing as npt
 
 from ..errors import CorruptBatchError
 from ..segment import format as fmt
-from ..segment.codecs import Compression, decompress
+from ..segment.codecs import MAX_DECOMPRESSED, Compression, decompress
 
 __all__ = ["Columns", "decode_batches", "section"]
 
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
-
-MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
-"""Bound on one batch's decompressed records section (as :func:`fmt.decode_records`)."""
 
 _INT32_MAX: Final = 2**31 - 1
 

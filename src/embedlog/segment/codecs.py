@@ -43,11 +43,19 @@ import zstandard
 from embedlog.errors import CorruptBatchError, InvalidConfigError, UnsupportedFormatError
 
 __all__ = [
+    "MAX_DECOMPRESSED",
     "Compression",
     "compress",
     "compression_from_name",
     "decompress",
 ]
+
+MAX_DECOMPRESSED = 64 * 1024 * 1024
+"""The largest records section a compressed batch may hold: every reader decompresses one
+batch's section up to this size at most (a bound against decompression bombs in untrusted
+files), and the encoder refuses to compress a larger one
+(:class:`embedlog.segment.encode.SectionTooLargeError`), so nothing is written that a read
+would refuse."""
 
 
 class Compression(IntEnum):

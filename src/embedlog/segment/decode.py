@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from embedlog.errors import CorruptBatchError, UnsupportedFormatError
 from embedlog.segment import _native
-from embedlog.segment.codecs import Compression, decompress
+from embedlog.segment.codecs import MAX_DECOMPRESSED, Compression, decompress
 from embedlog.segment.decoded import DecodedRecords, new_decoded
 from embedlog.segment.header import (
     COMPRESSION_MASK,
@@ -218,7 +218,7 @@ def decode_records(
     pos: int,
     header: BatchHeader,
     *,
-    max_decompressed: int = 64 * 1024 * 1024,
+    max_decompressed: int = MAX_DECOMPRESSED,
     first: int = 0,
     count: int | None = None,
 ) -> DecodedRecords:
@@ -268,7 +268,7 @@ def _columns(data: bytes, cols64: I64, cols32: npt.NDArray[np.int32],
 
 
 def records_section(
-    buf: bytes, pos: int, header: BatchHeader, *, max_decompressed: int = 64 * 1024 * 1024
+    buf: bytes, pos: int, header: BatchHeader, *, max_decompressed: int = MAX_DECOMPRESSED
 ) -> tuple[bytes, int, int]:
     """The records section of the batch at ``pos`` as ``(data, start, end)``: for an
     uncompressed batch ``buf`` itself (no copy; only for a caller that reads it before

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from embedlog.segment import _native
-from embedlog.segment.codecs import Compression, compress
+from embedlog.segment.codecs import MAX_DECOMPRESSED, Compression, compress
 from embedlog.segment.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -47,8 +47,8 @@ from embedlog.segment.records_encode import (
     encode_records_vectorised,
 )
 
-__all__ = ["PLAIN", "STRICT", "BatchAttributes", "encode_batch", "encode_for_append",
-           "encode_listed", "rebuild_batch"]
+__all__ = ["PLAIN", "STRICT", "BatchAttributes", "SectionTooLargeError", "encode_batch",
+           "encode_for_append", "encode_listed", "rebuild_batch"]
 
 I64 = npt.NDArray[np.int64]
 Values = Sequence[bytes | None]
@@ -56,6 +56,12 @@ Headers = Sequence[Sequence[tuple[str, bytes | None]] | None]
 Timestamps = int | Sequence[int] | npt.NDArray[np.int64]
 
 _U32: Final = struct.Struct(">I")
+
+
+class SectionTooLargeError(ValueError):
+    """The records of a batch to compress take more than
+    :data:`~embedlog.segment.codecs.MAX_DECOMPRESSED` bytes: no reader would decompress it
+    (the write path splits the batch, or stores a single record uncompressed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +356,9 @@ def _assemble(
     flags = h.attrs
     codec = attrs.compression if codec is None else codec
     if codec is not Compression.NONE:
+        if len(records) > MAX_DECOMPRESSED:
+            raise SectionTooLargeError(f"{len(records)} bytes of records to compress: more than "
+                                       f"a read decompresses ({MAX_DECOMPRESSED})")
         flags |= codec
         records = compress(codec, records, level=attrs.compression_level)
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(records)
