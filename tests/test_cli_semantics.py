@@ -119,3 +119,33 @@ def test_dump_log_prints_markers_as_kafka_dump_log(log_dir: pathlib.Path) -> Non
     records = [r for b in doc["files"][0]["batches"] for r in b["records"]]
     assert [(r.get("endTxnMarker"), r.get("coordinatorEpoch")) for r in records] == [
         (None, None), ("COMMIT", 0), (None, None), ("ABORT", 0)]
+
+
+@pytest.mark.parametrize("bad", [{"topic": "nope", "partition": 0, "offset": 1},
+                                 {"topic": "t", "partition": 3, "offset": 1},
+                                 {"topic": "t", "partition": 1, "offset": 99},
+                                 {"topic": "t", "partition": 1, "offset": -3}])
+def test_delete_records_that_fails_deletes_nothing(log_dir: pathlib.Path,
+                                                   tmp_path: pathlib.Path,
+                                                   bad: dict[str, Any]) -> None:
+    """Every target of an offset JSON file is checked before any record is deleted: a request
+    that ends in an error (exit code 1) leaves every partition as it was."""
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t", partitions=2)
+        for p in range(2):
+            log.append_batch("t", [b"v"] * 10, partition=p)
+    spec = tmp_path / "delete.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "offset": 5}, bad]}))
+    result = CliRunner(env={"EMBEDLOG_DIR": str(log_dir)}).invoke(
+        cli, ["delete-records", "--offset-json-file", str(spec)])
+    assert result.exit_code == 1, result.output
+    assert result.stdout == "" and "Error: " in result.stderr
+    with embedlog.open(log_dir, read_only=True) as log:
+        assert [log.start_offset("t", p) for p in range(2)] == [0, 0]
+        assert len(list(log.read("t", 0))) == 10
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "offset": 5}, {"topic": "t", "partition": 1,
+                                                      "offset": -1}]}))
+    assert invoke(log_dir, "delete-records", "--offset-json-file", str(spec)).stdout.split(
+        "\n")[1:3] == ["partition: t-0\tlow_watermark: 5", "partition: t-1\tlow_watermark: 10"]

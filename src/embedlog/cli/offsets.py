@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import click
 
-from ..errors import UsageError
+from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from .options import dir_option, json_option, open_log, parse_time_ms, select_partitions
 from .output import echo_json
@@ -109,6 +109,22 @@ def _json_targets(json_file: str) -> list[tuple[str, int, int]]:
         ) from None
 
 
+def _checked(log: Log, targets: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """``targets`` with -1 as the log end, once every one of them names a partition and an
+    offset in ``[0, log end]``: a request that fails deletes nothing (not the records of the
+    targets before the one it fails on)."""
+    out = []
+    for t, p, before in targets:
+        select_partitions(log, t, [p])
+        end = log.end_offset(t, p)
+        before = end if before == LATEST else before
+        if not 0 <= before <= end:
+            raise OffsetOutOfRangeError(f"cannot delete records before {before}: {t}-{p} ends "
+                                        f"at {end}; nothing was deleted")
+        out.append((t, p, before))
+    return out
+
+
 @click.command("delete-records")
 @click.option("--topic", help="Topic.")
 @click.option("--partition", type=click.IntRange(min=0), help="Partition (default: all).")
@@ -122,14 +138,12 @@ def _json_targets(json_file: str) -> list[tuple[str, int, int]]:
 def delete_records(topic: str | None, partition: int | None, offset: int | None,
                    offset_json_file: str | None, log_dir: str, as_json: bool) -> None:
     """Move the log start offset up: records below the offset become unreadable and whole
-    segments below it are deleted."""
-    done = []
+    segments below it are deleted. Every partition and offset is checked first: a request that
+    fails deletes nothing."""
     with open_log(log_dir, write=True) as log:
-        for t, p, before in _targets(log, topic, partition, offset, offset_json_file):
-            if before == LATEST:
-                before = log.end_offset(t, p)
-            done.append({"topic": t, "partition": p,
-                         "low_watermark": log.delete_records(t, p, before)})
+        targets = _checked(log, _targets(log, topic, partition, offset, offset_json_file))
+        done = [{"topic": t, "partition": p, "low_watermark": log.delete_records(t, p, before)}
+                for t, p, before in targets]
     if as_json:
         echo_json(done)
         return
