@@ -149,3 +149,17 @@ def test_delete_records_that_fails_deletes_nothing(log_dir: pathlib.Path,
                                                       "offset": -1}]}))
     assert invoke(log_dir, "delete-records", "--offset-json-file", str(spec)).stdout.split(
         "\n")[1:3] == ["partition: t-0\tlow_watermark: 5", "partition: t-1\tlow_watermark: 10"]
+
+
+def test_produce_refuses_an_empty_key_separator(log: embedlog.Log,
+                                                log_dir: pathlib.Path) -> None:
+    """A bad command line: exit code 2 and one line on stderr, nothing read or written."""
+    log.create_topic("t")
+    log.close()
+    result = CliRunner(env={"EMBEDLOG_DIR": str(log_dir)}).invoke(
+        cli, ["produce", "t", "--key-separator", ""], input="k:v\n", prog_name="embedlog")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: ") and "--key-separator" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+    with embedlog.open(log_dir, read_only=True) as view:
+        assert view.end_offset("t", 0) == 0

@@ -176,6 +176,8 @@ def produce(topic: str, file: str, fmt: str, key_separator: str | None, headers:
     """Append one record per line of FILE (default: stdin) to TOPIC."""
     if fmt == "json" and (key_separator is not None or headers):
         raise click.UsageError("--key-separator and --headers apply to --format text only")
+    if key_separator == "":
+        raise click.BadParameter("the separator cannot be empty", param_hint="--key-separator")
     key_sep = key_separator.encode() if key_separator is not None else None
     with contextlib.ExitStack() as stack:
         stream: IO[bytes] = (sys.stdin.buffer if file == "-" else
