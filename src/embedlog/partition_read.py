@@ -19,7 +19,13 @@ deleting and swapping compacted segments in under it. So a view:
   as a read from there would raise (a consumer applies its ``auto_offset_reset``), never a silent
   jump to the new log start;
 * reads the known records first: a bounded read below the known end lists no folder; only
-  a read that comes up short refreshes (reading on from the known end).
+  a read that comes up short refreshes (reading on from the known end);
+* never returns a sealed segment's records short: where a scan leaves a sealed segment with
+  offsets of its range below the next segment's base that it found no batch for, the segment's
+  size and the segments between are checked against ``embedlog.segments``
+  (:mod:`embedlog.view_tail`), as the writer's open checks them -- a cut or missing sealed
+  segment raises the same :class:`~embedlog.errors.CorruptionError`, a gap compaction left
+  passes, and a listing the writer changed meanwhile is listed again (ESTALE, above).
 
 A tiered partition (``tier``, :mod:`embedlog.tiering`) may start below its first local
 segment: a scan from there reads the remote segments first, each fetched only when the scan
@@ -40,7 +46,7 @@ import time
 from collections.abc import Generator, Iterable, Iterator, Sized
 from typing import Protocol, TypeVar
 
-from . import loader, reader
+from . import loader, reader, view_tail
 from .errors import OffsetOutOfRangeError, StorageError
 from .records import Record
 from .segment import _native
@@ -187,17 +193,24 @@ def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool
          ) -> Iterator[tuple[fmt.BatchHeader, R]]:
     """:func:`embedlog.reader.scan` of ``segs`` over ``[offset, stop)``; a view that meets
     ESTALE or a compaction swap half way (:class:`~embedlog.segment.rules.OverlapError`) lists
-    the folder again and resumes (a writer re-raises it)."""
+    the folder again and resumes (a writer re-raises it). A view checks each sealed segment it
+    leaves short of the next one's base against the manifest
+    (:func:`embedlog.view_tail.check_gap`: damage raises, a stale listing is ESTALE)."""
 
     def current_end() -> int:
         with p.lock:  # an append in progress has updated the end once the lock is free
             return p.end_offset
 
+    def gap(seg: Segment, ceiling: int) -> None:  # a view's own segments (not tiered ones)
+        if seg.directory == p.directory:
+            view_tail.check_gap(seg, ceiling)
+
+    on_gap = None if p.writable else gap
     for _ in range(_RESCANS):
         try:
             for header, found in reader.scan(segs, offset, stop, control=control,
                                              max_records=wanted, current_end=current_end,
-                                             decode=decode):
+                                             decode=decode, on_gap=on_gap):
                 offset = header.next_offset
                 if wanted is not None:
                     wanted -= len(found)
@@ -246,12 +259,22 @@ def decoded(p: Readable, start: int | None, end: int | None, control: bool,
     """:func:`batches` with each batch made into records by ``decode``
     (:data:`embedlog.reader.Decode`) rather than :func:`embedlog.reader.restrict`."""
     start, stop, segs = _capture(p, start, end)
+    if not p.writable and p.tier is None and segs and start == segs[0].base_offset:
+        _check_start(p, start, segs[0])
     if p.tier is not None and segs and start < segs[0].base_offset:
         start, max_records = yield from _remote_batches(
             p, p.tier, start, min(stop, segs[0].base_offset), control, max_records, decode)
         if max_records == 0 or start >= stop:
             return
     yield from scan(p, segs, start, stop, control, max_records, decode)
+
+
+def _check_start(p: Readable, start: int, first: Segment) -> None:
+    """A view reading from its log start ``start``, the base offset of its first segment
+    ``first``, above the log start the writer checkpointed: no sealed segment the manifest
+    names may lie in between (:func:`embedlog.view_tail.check_start`)."""
+    if start == p.start_offset and (p.persisted_start() or 0) < start:
+        view_tail.check_start(first, p.persisted_start)
 
 
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:
