@@ -34,12 +34,17 @@ A folder that does not settle within ``_SETTLE_ATTEMPTS`` pauses (about 1.6 s; a
 died half way through a swap leaves its ``.swap`` files until the next writer open, which
 completes the swap and repairs the manifest) is not judged: the read goes on, with a warning.
 
+The first look at a gap takes the manifest last parsed for the folder while its stamp (inode,
+modification time, size: it is replaced whole on every change) has not moved, so a scan over
+many gaps (a compacted topic) parses it once; a fresh look always reads it again.
+
 Only views call these (a writer's segments were checked at its open and it alone changes them);
 a Kafka folder has no manifest, so every gap passes.
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import itertools
 import logging
@@ -54,10 +59,15 @@ from .manifest import manifest_stamp, missing_error, read_manifest, size_error
 from .naming import LOG_SUFFIX, SWAP_SUFFIX, segment_bases, segment_path
 from .segment.segment import Segment
 
-__all__ = ["check_gap", "check_start", "damage_of", "missing_below"]
+__all__ = ["Sealed", "check_gap", "check_start", "damage_of", "missing_below"]
 
 log = logging.getLogger(__name__)
 
+Stamp = tuple[int, int, int] | None
+
+_KNOWN: dict[str, tuple[Stamp, Sealed]] = {}
+"""The manifest last read of each folder, by stamp (:func:`_known`)."""
+_KNOWN_MAX: Final = 4096
 _SETTLE_ATTEMPTS: Final = 40
 _PAUSE: Final = 0.002
 """Seconds of the first pause while the folder settles; the n-th pause is n times as long."""
@@ -70,7 +80,7 @@ def check_gap(seg: Segment, ceiling: int) -> None:
     manifest names lies between the two; return when the gap is the segment's own (see the
     module notes for the fresh check a first discrepancy gets)."""
     directory = seg.directory
-    if damage_of(directory, seg.base_offset, seg.size, ceiling, read_manifest(directory)) is None:
+    if damage_of(directory, seg.base_offset, seg.size, ceiling, _known(directory)) is None:
         return
     for attempt in range(_SETTLE_ATTEMPTS):
         fresh = _settled(seg, _unknown)
@@ -97,8 +107,7 @@ def check_start(seg: Segment, persisted: Callable[[], int | None]) -> None:
     discrepancy is checked again in a settled folder (module notes); a view that turns out
     stale is left to its scan (the segment deleted or replaced: ESTALE there)."""
     directory = seg.directory
-    if missing_below(directory, seg.base_offset, persisted() or 0,
-                     read_manifest(directory)) is None:
+    if missing_below(directory, seg.base_offset, persisted() or 0, _known(directory)) is None:
         return
     for attempt in range(_SETTLE_ATTEMPTS):
         try:
@@ -117,33 +126,65 @@ def check_start(seg: Segment, persisted: Callable[[], int | None]) -> None:
     _unsettled(directory)
 
 
-def damage_of(directory: str, base: int, size: int, ceiling: int | None,
-              manifest: dict[int, int]) -> CorruptionError | None:
-    """The damage ``manifest`` (``{base offset: size}`` of sealed segments) sees in segment
-    ``base`` of ``directory`` being ``size`` bytes and followed by the segment at ``ceiling``
-    (None: none follows), or None."""
-    expected = manifest.get(base)
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A manifest's entries: ``sizes`` (``{base offset: size}``) and their ``bases`` sorted."""
+
+    sizes: dict[int, int]
+    bases: list[int]
+
+    @classmethod
+    def of(cls, sizes: dict[int, int]) -> Sealed:
+        return cls(sizes, sorted(sizes))
+
+    def after(self, base: int) -> int | None:
+        """The first base offset above ``base`` (None: none)."""
+        i = bisect.bisect_right(self.bases, base)
+        return self.bases[i] if i < len(self.bases) else None
+
+
+def damage_of(directory: str, base: int, size: int, ceiling: int | None, sealed: Sealed
+              ) -> CorruptionError | None:
+    """The damage the manifest ``sealed`` sees in segment ``base`` of ``directory`` being
+    ``size`` bytes and followed by the segment at ``ceiling`` (None: none follows), or None."""
+    expected = sealed.sizes.get(base)
     if expected is not None and expected != size:
         return size_error(segment_path(directory, base, LOG_SUFFIX), size, expected)
-    between = [b for b in manifest if base < b and (ceiling is None or b < ceiling)]
-    if between:
-        first = min(between)
-        return missing_error(segment_path(directory, first, LOG_SUFFIX), first)
+    between = sealed.after(base)
+    if between is not None and (ceiling is None or between < ceiling):
+        return missing_error(segment_path(directory, between, LOG_SUFFIX), between)
     return None
 
 
-def missing_below(directory: str, first: int, start: int, manifest: dict[int, int]
+def missing_below(directory: str, first: int, start: int, sealed: Sealed
                   ) -> CorruptionError | None:
-    """The damage of a sealed segment ``manifest`` names below ``first`` (the first segment
-    listed) holding offsets at or above ``start`` (the log start: it ends at the next base
-    known), or None."""
-    known = sorted({*manifest, first})
-    for base, after in itertools.pairwise(known):
-        if base >= first:
-            break
+    """The damage of a sealed segment the manifest ``sealed`` names below ``first`` (the first
+    segment listed) holding offsets at or above ``start`` (the log start: it ends at the next
+    base known), or None."""
+    below = sealed.bases[: bisect.bisect_left(sealed.bases, first)]
+    for base, after in itertools.pairwise([*below, first]):
         if after > start:
             return missing_error(segment_path(directory, base, LOG_SUFFIX), base)
     return None
+
+
+def _known(directory: str) -> Sealed:
+    """The manifest of ``directory``, parsed again only when its stamp moved (a read is kept
+    only when the stamp is the same before and after it)."""
+    stamp = manifest_stamp(directory)
+    known = _KNOWN.get(directory)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    sealed = Sealed.of(read_manifest(directory))
+    if manifest_stamp(directory) == stamp:
+        _remember(directory, stamp, sealed)
+    return sealed
+
+
+def _remember(directory: str, stamp: Stamp, sealed: Sealed) -> None:
+    if len(_KNOWN) >= _KNOWN_MAX and directory not in _KNOWN:
+        del _KNOWN[next(iter(_KNOWN))]
+    _KNOWN[directory] = stamp, sealed
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +199,7 @@ class _Fresh:
     """The base offset of the segment after it (None: none)."""
     start: int | None
     """The log start checkpointed (read after the first listing)."""
-    manifest: dict[int, int]
+    manifest: Sealed
 
 
 def _settled(seg: Segment, persisted: Callable[[], int | None]) -> _Fresh | None:
@@ -171,9 +212,10 @@ def _settled(seg: Segment, persisted: Callable[[], int | None]) -> _Fresh | None
     if any(n.endswith(SWAP_SUFFIX) for n in names):
         return None
     start = persisted()  # checkpointed before any segment below it is unlinked
-    manifest = read_manifest(directory)
+    manifest = Sealed.of(read_manifest(directory))
     if manifest_stamp(directory) != stamp or _listing(directory) != names:
         return None
+    _remember(directory, stamp, manifest)
     # Checked last: a name that holds the file now held it through the listings (a file
     # renamed away never comes back under it).
     if seg.suffix or not seg.is_current():
