@@ -288,7 +288,7 @@ def _check_start(p: Readable, start: int, first: Segment) -> None:
     """A view reading from its log start ``start``, the base offset of its first segment
     ``first``, above the log start the writer checkpointed: no sealed segment the manifest
     names may lie in between (:func:`embedlog.view_tail.check_start`)."""
-    if start == p.start_offset and (p.persisted_start() or 0) < start:
+    if 0 < start == p.start_offset and (p.persisted_start() or 0) < start:
         view_tail.check_start(first, p.persisted_start)
 
 
