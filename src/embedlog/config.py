@@ -33,7 +33,8 @@ class TopicConfig:
     segment_bytes: int = _kafka("segment.bytes", 14, default=1024**3)
     """Roll to a new segment before a batch would make the active one exceed this (1 GiB)."""
     segment_ms: int = _kafka("segment.ms", 1, default=7 * 24 * 3600 * 1000)
-    """Roll when the active segment's records span more than this many ms (7 days)."""
+    """Roll when the active segment's records span more than this many ms (7 days); a compacted
+    topic rolls after ``max.compaction.lag.ms`` when that is shorter (:attr:`roll_ms`)."""
     retention_ms: int = _kafka("retention.ms", -1, default=7 * 24 * 3600 * 1000)
     """Delete closed segments whose newest record is older than this (7 days); -1 = keep."""
     retention_bytes: int = _kafka("retention.bytes", -1, default=-1)
@@ -55,7 +56,8 @@ class TopicConfig:
     min_compaction_lag_ms: int = _kafka("min.compaction.lag.ms", 0, default=0)
     """Records younger than this are not compacted."""
     max_compaction_lag_ms: int = _kafka("max.compaction.lag.ms", 1, default=LONG_MAX)
-    """Records older than this make the partition eligible for compaction whatever its ratio."""
+    """Records older than this make the partition eligible for compaction whatever its ratio;
+    on a compacted topic the active segment also rolls once its records span this long."""
     delete_retention_ms: int = _kafka("delete.retention.ms", 0, default=24 * 3600 * 1000)
     """How long tombstones survive after compaction reached them (1 day)."""
     remote_storage_enable: bool = _kafka("remote.storage.enable", default=False)
@@ -117,6 +119,25 @@ class TopicConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """Kafka's ``maxSegmentMs``: the span of record timestamps after which the active
+        segment rolls. A compacted topic rolls after ``max.compaction.lag.ms`` when that is
+        shorter than ``segment.ms``, so the records it bounds leave the active segment (which
+        is never cleaned) in time to be compacted."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    def check_change(self) -> None:
+        """Kafka's ``LogConfig.validateValues``, run when a topic is created or altered (a
+        config already stored is loaded as it is): ``min.compaction.lag.ms`` must not exceed
+        ``max.compaction.lag.ms``."""
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) must be <= "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")
 
     @property
     def local_retention(self) -> tuple[int, int]:

@@ -302,7 +302,7 @@ class Partition:
         """Roll if due and append (caller holds ``lock``); returns the append's count."""
         try:
             if self.active.should_roll(len(batch), header.last_offset, header.max_timestamp,
-                                       self.config.segment_ms, self.config.segment_bytes):
+                                       self.config.roll_ms, self.config.segment_bytes):
                 self._roll(header.base_offset)
             aborted = (self.producer_states().abort_entry(header, batch)
                        if header.is_control and header.producer_id >= 0 else None)

@@ -176,6 +176,7 @@ class TopicTable:
         partitions (what ``embedlog.json`` is read with) is refused before anything is made."""
         if name in self.by_name:
             raise TopicExistsError(f"topic {name!r} already exists")
+        config.check_change()
         if count > metadata.MAX_PARTITIONS:
             raise InvalidConfigError(f"partitions: {count} is more than the "
                                      f"{metadata.MAX_PARTITIONS} a topic can have")
@@ -237,7 +238,9 @@ class TopicTable:
 
     def alter(self, topic: Topic, config: Mapping[str, Any]) -> TopicConfig:
         """Merge ``config`` (Kafka names) into the topic's settings and persist them."""
-        topic.config = topic.config.merged(config)
+        merged = topic.config.merged(config)
+        merged.check_change()
+        topic.config = merged
         for p in topic.partitions:
             p.config = topic.config
         self.write_metadata()

@@ -1,0 +1,82 @@
+"""Compaction and retention settings that behave as Kafka documents them: the rolls
+``max.compaction.lag.ms`` forces on a compacted topic, and the config rules Kafka checks when a
+topic is created or altered."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from embedlog.errors import InvalidConfigError
+from embedlog.log import Log
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def log(log_dir: pathlib.Path, clock: Clock) -> Iterator[Log]:
+    with Log(log_dir, clock=clock, upkeep=False) as opened:
+        yield opened
+
+
+def bases(log: Log, topic: str) -> list[int]:
+    return [s.base_offset for s in log.segments(topic, 0)]
+
+
+def test_max_compaction_lag_rolls_the_active_segment_so_the_cleaner_reaches_it(
+    log: Log,
+) -> None:
+    """Kafka's ``LogConfig.maxSegmentMs``: a compacted topic rolls once its active segment's
+    records span ``max.compaction.lag.ms`` (when shorter than ``segment.ms``), else the records
+    that setting bounds would sit in the active segment, never cleaned, for ``segment.ms``."""
+    log.create_topic("c", config={"cleanup.policy": "compact", "max.compaction.lag.ms": 1000})
+    log.create_topic("d", config={"cleanup.policy": "delete", "max.compaction.lag.ms": 1000})
+    for topic in ("c", "d"):
+        for i, ts in enumerate((T0 - 5000, T0 - 4500, T0 - 3900, T0 - 3500)):
+            log.append(topic, b"v%d" % i, key=b"k", timestamp=ts)
+    assert bases(log, "c") == [0, 2]  # 1100 ms spanned at offset 2
+    assert bases(log, "d") == [0]  # only compacted topics roll for it
+    run = log.upkeep.run_once("cleaner")
+    assert run.error is None and run.cleaned == 1
+    got = [(r.offset, r.value) for r in log.read("c", 0)]
+    assert got == [(1, b"v1"), (2, b"v2"), (3, b"v3")]
+
+
+def test_segment_ms_still_rolls_first_when_it_is_the_shorter(log: Log) -> None:
+    log.create_topic("c", config={"cleanup.policy": "compact,delete", "segment.ms": 500,
+                                  "max.compaction.lag.ms": 1000})
+    for i, ts in enumerate((T0, T0 + 400, T0 + 600, T0 + 900, T0 + 1200)):
+        log.append("c", b"v%d" % i, key=b"k", timestamp=ts)
+    assert bases(log, "c") == [0, 2, 4]
+
+
+def test_min_compaction_lag_above_max_is_refused_on_create_and_alter(log: Log) -> None:
+    """Kafka's ``LogConfig.validateValues``."""
+    with pytest.raises(InvalidConfigError, match=r"min\.compaction\.lag\.ms \(5000\)"):
+        log.create_topic("c", config={"cleanup.policy": "compact",
+                                      "min.compaction.lag.ms": 5000,
+                                      "max.compaction.lag.ms": 1000})
+    assert log.topics() == []
+    log.create_topic("c", config={"cleanup.policy": "compact", "min.compaction.lag.ms": 1000,
+                                  "max.compaction.lag.ms": 1000})
+    with pytest.raises(InvalidConfigError, match=r"max\.compaction\.lag\.ms \(999\)"):
+        log.alter_topic("c", {"max.compaction.lag.ms": 999})
+    with pytest.raises(InvalidConfigError):
+        log.alter_topic("c", {"min.compaction.lag.ms": 1001})
+    assert log.topic_config("c").max_compaction_lag_ms == 1000
+    assert log.topic_config("c").min_compaction_lag_ms == 1000
