@@ -80,3 +80,22 @@ def test_min_compaction_lag_above_max_is_refused_on_create_and_alter(log: Log) -
         log.alter_topic("c", {"min.compaction.lag.ms": 1001})
     assert log.topic_config("c").max_compaction_lag_ms == 1000
     assert log.topic_config("c").min_compaction_lag_ms == 1000
+
+
+@pytest.mark.parametrize("policy", ["delete,compact", "compact, delete", "compact,delete"])
+def test_cleanup_policy_is_a_list_in_any_order(log: Log, clock: Clock, policy: str) -> None:
+    """Kafka's ``cleanup.policy`` is a list: ``delete,compact`` both compacts and deletes."""
+    log.create_topic("c", config={"cleanup.policy": policy, "retention.ms": 60_000})
+    for i, ts in enumerate((T0 - 120_000, T0 - 110_000, T0 - 1000, T0 - 500)):
+        log.append("c", b"v%d" % i, key=b"k%d" % (i % 2), timestamp=ts)
+        log.roll("c", 0)
+    log.append("c", b"v4", key=b"k0", timestamp=T0)
+    config = log.topic_config("c")
+    assert (config.compact, config.delete, config.cleanup_policy) == (True, True, "compact,delete")
+    assert log.enforce_retention() == 2
+    log.compact("c")
+    assert [(r.offset, r.value) for r in log.read("c", 0)] == [(2, b"v2"), (3, b"v3"), (4, b"v4")]
+    log.alter_topic("c", {"cleanup.policy": "delete"})
+    with pytest.raises(InvalidConfigError):
+        log.alter_topic("c", {"cleanup.policy": "delete,compacted"})
+    assert log.topic_config("c").cleanup_policy == "delete"

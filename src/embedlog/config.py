@@ -40,7 +40,8 @@ class TopicConfig:
     retention_bytes: int = _kafka("retention.bytes", -1, default=-1)
     """Delete oldest closed segments while the partition is larger than this; -1 = no limit."""
     cleanup_policy: str = _kafka("cleanup.policy", default="delete")
-    """``delete``, ``compact`` or ``compact,delete``."""
+    """``delete``, ``compact`` or ``compact,delete`` (a list, as in Kafka: ``delete,compact``
+    is taken and stored as ``compact,delete``)."""
     index_interval_bytes: int = _kafka("index.interval.bytes", 0, default=4096)
     """Bytes appended between two sparse index entries (4 KiB)."""
     segment_index_bytes: int = _kafka("segment.index.bytes", 12, default=10 * 1024 * 1024)
@@ -159,6 +160,8 @@ class TopicConfig:
                     f"unknown topic config {key!r}; known: {', '.join(sorted(by_name))}"
                 )
             kwargs[f.name] = _coerce(key, f.type, raw)
+        if "cleanup_policy" in kwargs:
+            kwargs["cleanup_policy"] = _policy(kwargs["cleanup_policy"])
         return cls(**kwargs)
 
     def to_kafka(self) -> dict[str, Any]:
@@ -190,6 +193,13 @@ def _settings() -> tuple[dataclasses.Field[Any], ...]:
 
 
 _DEFAULTS = TopicConfig().to_kafka()
+
+
+def _policy(value: str) -> str:
+    """``cleanup.policy`` is a list in Kafka: ``delete,compact`` names the same policy as
+    ``compact,delete``, written in that one order (anything else is left for the check)."""
+    items = set(value.split(","))
+    return ",".join(sorted(items)) if items and items <= {"compact", "delete"} else value
 
 
 def _coerce(key: str, type_name: Any, raw: Any) -> Any:
