@@ -4,7 +4,9 @@ topic is created or altered."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -99,3 +101,27 @@ def test_cleanup_policy_is_a_list_in_any_order(log: Log, clock: Clock, policy: s
     with pytest.raises(InvalidConfigError):
         log.alter_topic("c", {"cleanup.policy": "delete,compacted"})
     assert log.topic_config("c").cleanup_policy == "delete"
+
+
+def test_a_segment_compaction_empties_keeps_its_age_for_retention(
+    log_dir: pathlib.Path,
+) -> None:
+    """Kafka's cleaner gives a cleaned segment the modification time of the last segment it
+    replaces: retention measures a segment left without records by that time, so one the pass
+    emptied does not hold back the deletion of every older segment behind it."""
+    now = int(time.time() * 1000)
+    clock = Clock(now)
+    with Log(log_dir, clock=clock, upkeep=False) as log:
+        log.create_topic("c", config={"cleanup.policy": "compact,delete", "segment.bytes": 100,
+                                      "retention.ms": 300_000})
+        for key, age_s in ((b"a", 200), (b"a", 190), (b"b", 180), (b"b", 170)):
+            log.append("c", b"v", key=key, timestamp=now - age_s * 1000)
+            log.roll("c", 0)
+        log.append("c", b"v", key=b"c", timestamp=now)
+        for seg in log._partition_of("c", 0).segments[:-1]:  # as if written when stamped
+            os.utime(seg.log_path, ns=(seg.max_timestamp * 10**6,) * 2)
+        log.compact("c")
+        assert [s.size for s in log.segments("c", 0)] == [0, 70, 0, 70, 70]
+        clock.now += 200_000  # every closed segment is now older than retention.ms
+        assert log.enforce_retention() == 4
+        assert log.start_offset("c", 0) == 4

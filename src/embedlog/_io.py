@@ -53,6 +53,7 @@ __all__ = [
     "regular_size",
     "rename",
     "rmdir",
+    "set_mtime",
     "storage_error",
     "truncate",
     "unlink",
@@ -279,6 +280,13 @@ class FileSystem:
         except OSError as exc:
             raise storage_error(exc, "rmdir", path) from exc
 
+    def set_mtime(self, path: str, ms: int) -> None:
+        """Set the modification time of the file at ``path`` (never through a symlink)."""
+        try:
+            os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000), follow_symlinks=False)
+        except OSError as exc:
+            raise storage_error(exc, "utime", path) from exc
+
     def mark(self, kind: str, **info: Any) -> None:
         """An annotation for recording backends (``ack``, ``intent_retain``...); a no-op here."""
 
@@ -345,6 +353,10 @@ def mkdir(path: str, mode: int = DIR_MODE) -> None:
 
 def rmdir(path: str) -> None:
     _backend.rmdir(path)
+
+
+def set_mtime(path: str, ms: int) -> None:
+    _backend.set_mtime(path, ms)
 
 
 def mark(kind: str, **info: Any) -> None:

@@ -206,6 +206,9 @@ class _Pass:
             if entries := self.plog.entries_in(base, group[-1].next_offset):
                 out.txn_index.rewrite(entries)  # created empty with the segment
             out.seal(sync=_io.SAFETY.fsync_before_rename)  # durable before it is renamed in
+            # Kafka keeps the group's last modification time: retention measures a segment
+            # without timestamps (one the pass emptied) by it, not by when it was cleaned
+            _io.set_mtime(out.log_path, group[-1].last_modified_ms())
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: the files go anyway
                 out.close()
