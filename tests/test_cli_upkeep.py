@@ -126,3 +126,22 @@ def test_an_empty_group_offsets_file_is_damage(log_dir: pathlib.Path) -> None:
     offsets.write_bytes(b"")
     _one_line_error(_run(log_dir, "groups", "describe", "g", code=3), "offsets file is empty")
     _one_line_error(_run(log_dir, "consume", "t", "--group", "g", code=3), "is empty")
+
+
+def test_cleanup_fails_when_its_retention_run_fails(
+    log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retention run that failed is reported as the failure it is (exit code 1), not as
+    "Retention deleted 0 segments"."""
+    with embedlog.open(log_dir, upkeep=False) as log:
+        log.create_topic("old", config=small_segments(**{"retention.ms": 1000}))
+        log.append("old", b"x", timestamp=OLD)
+        log.roll("old", 0)
+
+    def broken(*_: Any) -> int:
+        raise embedlog.StorageError("disk gone")
+
+    monkeypatch.setattr("embedlog.upkeep.tiered_retention", broken)
+    _one_line_error(_run(log_dir, "cleanup", code=1), "retention round failed: disk gone")
+    monkeypatch.undo()
+    assert _js(_run(log_dir, "cleanup", "--json"))["deleted_segments"] == {"old-0": 1}

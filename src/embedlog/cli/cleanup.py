@@ -60,8 +60,9 @@ def cleanup(dry_run: bool, no_compact: bool, log_dir: str, as_json: bool) -> Non
         retention = log.upkeep.run_once("retention")
         tiering = log.upkeep.run_once("tiering")
         cleaner = None if no_compact else log.upkeep.run_once("cleaner")
-    if tiering.error is not None:
-        raise CommandError(f"tiering round failed: {tiering.error}")
+    for run in (retention, tiering, cleaner):  # each ran; a failure is not a success
+        if run is not None and run.error is not None:
+            raise CommandError(f"{run.kind} round failed: {run.error}")
     report = {"deleted_segments": retention.deleted_segments,
               "uploaded_segments": tiering.uploaded,
               "local_deleted_segments": tiering.deleted_segments,
