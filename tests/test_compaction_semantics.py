@@ -125,3 +125,27 @@ def test_a_segment_compaction_empties_keeps_its_age_for_retention(
         clock.now += 200_000  # every closed segment is now older than retention.ms
         assert log.enforce_retention() == 4
         assert log.start_offset("c", 0) == 4
+
+
+def test_a_damaged_cleaner_checkpoint_is_passed_over_not_fatal(
+    log_dir: pathlib.Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``cleaner-offset-checkpoint`` only says where cleaning may start: a damaged one makes
+    the next pass start at the log start (as one out of range does) and is written anew; it
+    neither stops compaction for good nor leaves a topic deletion half done."""
+    with Log(log_dir, clock=clock, upkeep=False) as log:
+        for topic in ("c", "gone"):
+            log.create_topic(topic, config={"cleanup.policy": "compact"})
+            for value in (b"1", b"2"):
+                log.append(topic, value, key=b"k", timestamp=T0)
+            log.roll(topic, 0)
+    (log_dir / "cleaner-offset-checkpoint").write_text("garbage\n")
+    with Log(log_dir, clock=clock, upkeep=False) as log:
+        log.delete_topic("gone")  # reads the checkpoint first, to drop the topic's entry
+        assert "malformed checkpoint" in caplog.text
+        assert log.topics() == ["c"] and not (log_dir / "gone-0").exists()
+        log.create_topic("gone")
+        assert log.compact("c").passes == 1
+        assert [(r.offset, r.value) for r in log.read("c", 0)] == [(1, b"2")]
+        assert (log_dir / "cleaner-offset-checkpoint").read_text() == "0\n1\nc 0 2\n"
+        assert log.upkeep.run_once("cleaner").error is None

@@ -4,7 +4,7 @@ manual compaction and the choice the background cleaner makes.
 ``cleaner-offset-checkpoint`` (Kafka's text checkpoint format, at the log root, as a broker
 writes it) maps each compacted partition to its first dirty offset: where the last completed
 pass stopped. It is written after a pass, so a crash before that only makes the next pass redo
-work (cleaning is idempotent).
+work (cleaning is idempotent); a damaged one is passed over the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from .. import checkpoint
+from ..errors import CorruptionError
 from ..naming import CLEANER_CHECKPOINT
 from ..partition import Partition
 from ..records import TopicPartition
@@ -35,6 +36,19 @@ def _tp(p: Partition) -> TopicPartition:
     return TopicPartition(p.topic, p.partition)
 
 
+def _read_checkpoint(path: str) -> dict[TopicPartition, int]:
+    """The checkpointed first dirty offsets. A damaged file is passed over with a warning, as
+    an offset out of range is: it only says where cleaning may start, so each partition's
+    next pass starts at its log start (cleaning again what was clean loses nothing) and the
+    pass writes the file anew. Raising instead would stop every compaction for good, and a
+    topic deletion half way."""
+    try:
+        return checkpoint.read_offsets(path)
+    except CorruptionError as exc:
+        log.warning("%s; compaction starts again from each partition's log start", exc)
+        return {}
+
+
 class Compactor:
     """The cleaning state of one writable log directory."""
 
@@ -44,7 +58,7 @@ class Compactor:
         self.path = os.path.join(root, CLEANER_CHECKPOINT)
         self.clock = clock
         self.map_bytes = map_bytes
-        self._offsets = checkpoint.read_offsets(self.path)
+        self._offsets = _read_checkpoint(self.path)
         self._lock = threading.Lock()
         self._busy: dict[TopicPartition, threading.Lock] = {}
         self._cancelled: set[TopicPartition] = set()
