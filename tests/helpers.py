@@ -130,3 +130,14 @@ def aborted_log(path: pathlib.Path) -> pathlib.Path:
             p.commit_transaction() if commit else p.abort_transaction()
         p.close()
     return next((path / "t-0").glob("*.txnindex"))
+
+
+def open_transaction(log: Any, topic: str, value: bytes, transactional_id: str = "x") -> Any:
+    """A transactional producer of ``log`` with one record of ``value`` written to partition
+    0 of ``topic`` in a transaction left open."""
+    producer = log.producer(transactional_id=transactional_id)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, value, partition=0)
+    producer.flush()
+    return producer

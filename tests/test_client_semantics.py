@@ -16,7 +16,7 @@ from embedlog import TopicPartition
 from embedlog.errors import OffsetOutOfRangeError
 from embedlog.fetcher import OffsetAndTimestamp
 from embedlog.segment import format as fmt
-from helpers import small_segments
+from helpers import open_transaction, small_segments
 
 TP0 = TopicPartition("t", 0)
 
@@ -154,11 +154,7 @@ def test_read_committed_latest_reset_starts_at_the_last_stable_offset(
     with embedlog.open(log_dir) as log:
         log.create_topic("t")
         log.append("t", b"before", partition=0)
-        producer = log.producer(transactional_id="x")
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send("t", b"in-txn", partition=0)
-        producer.flush()
+        producer = open_transaction(log, "t", b"in-txn")
         reader = embedlog.open(log_dir, read_only=True) if read_only else log
         consumer = reader.consumer("t", isolation_level="read_committed",
                                    auto_offset_reset="latest")

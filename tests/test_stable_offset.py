@@ -14,7 +14,7 @@ from hypothesis import given, settings
 import embedlog
 from embedlog import TopicPartition
 from embedlog.transactions import last_stable_offset
-from helpers import run_txn_ops, txn_ops
+from helpers import open_transaction, run_txn_ops, txn_ops
 
 _OPS = txn_ops(max_size=25)
 
@@ -22,7 +22,7 @@ _OPS = txn_ops(max_size=25)
 def _full(log: embedlog.Log) -> int:
     p = log._partition_of("t", 0)
     with p.lock:
-        return last_stable_offset(list(p.segments), p.end_offset)
+        return max(p.start_offset, last_stable_offset(list(p.segments), p.end_offset))
 
 
 def _run(log: embedlog.Log, ops: list[tuple[Any, ...]]) -> None:
@@ -76,4 +76,26 @@ def test_read_committed_consumers_end_at_the_last_stable_offset(tmp_path: pathli
         assert committed.position(tp) == 5 and committed.lag() == {tp: 0}
         for c in (committed, uncommitted):
             c.close()
+        p.close()
+
+
+def test_last_stable_offset_is_never_below_the_log_start(tmp_path: pathlib.Path) -> None:
+    """Kafka bounds the first unstable offset by the log start: records deleted with
+    ``delete_records`` while their transaction is open leave it at the new log start, not
+    below it (so a ``read_committed`` reset to "latest" lands on a readable offset)."""
+    with embedlog.open(tmp_path / "log", upkeep=False) as log:
+        log.create_topic("t")
+        log.append("t", b"p0", partition=0)
+        p = open_transaction(log, "t", b"t1")
+        log.append("t", b"p2", partition=0)
+        assert log.last_stable_offset("t", 0) == 1
+        assert log.delete_records("t", 0, 2) == 2
+        assert log.last_stable_offset("t", 0) == 2
+        c = log.consumer(isolation_level="read_committed", auto_offset_reset="latest")
+        tp = TopicPartition("t", 0)
+        c.assign([tp])
+        assert c.end_offsets([tp]) == {tp: 2} and c.position(tp) == 2
+        p.commit_transaction()
+        assert log.last_stable_offset("t", 0) == log.end_offset("t", 0) == 4
+        c.close()
         p.close()

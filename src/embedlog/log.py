@@ -456,11 +456,11 @@ class Log(TransactionAdmin):
         return Producer(self, **kwargs)
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
-        """The partition's last stable offset: the first offset of its oldest transaction
-        without a marker, else the end offset. ``read_committed`` readers stop here."""
+        """Where ``read_committed`` readers stop: the first offset of the oldest transaction
+        without a marker (at least the log start, as in Kafka), else the end offset."""
         p = self._partition_of(topic, partition)
         with p.lock:
-            return p.stable.get(p.segments, p.end_offset)
+            return max(p.start_offset, p.stable.get(p.segments, p.end_offset))
 
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         """A :class:`~embedlog.consumer.Consumer` of this log, subscribed to ``topics``
