@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from embedlog import TopicPartition
 from embedlog.errors import InvalidConfigError
 from embedlog.log import Log
 
@@ -149,3 +150,31 @@ def test_a_damaged_cleaner_checkpoint_is_passed_over_not_fatal(
         assert [(r.offset, r.value) for r in log.read("c", 0)] == [(1, b"2")]
         assert (log_dir / "cleaner-offset-checkpoint").read_text() == "0\n1\nc 0 2\n"
         assert log.upkeep.run_once("cleaner").error is None
+
+
+def test_a_transaction_committed_after_an_aborted_one_already_cleaned_is_kept(
+    log: Log,
+) -> None:
+    """The key map is built from the first dirty offset on, with only the aborted
+    transactions that reach it (Kafka's ``collectAbortedTransactions(start, end)``): one
+    aborted and cleaned in an earlier pass used to make the same producer's next,
+    committed, transaction look aborted, so it was left out of the map and compaction
+    dropped it and kept the key's older value."""
+    log.create_topic("t", config={"cleanup.policy": "compact"})
+    log.append("t", b"v0", key=b"a", partition=0)
+    producer = log.producer(transactional_id="x")
+    producer.init_transactions()
+    for value, commit in ((b"aborted", False), (b"v1", True)):
+        producer.begin_transaction()
+        producer.send("t", value, key=b"a", partition=0)
+        producer.flush()
+        (producer.commit_transaction if commit else producer.abort_transaction)()
+        log.roll("t", 0)
+        log.compact("t")
+    producer.close()
+    consumer = log.consumer(isolation_level="read_committed")
+    consumer.assign([TopicPartition("t", 0)])
+    seen = [(r.offset, r.value) for r in consumer.poll()]
+    consumer.close()
+    assert seen == [(3, b"v1")]
+    assert [(r.offset, r.value) for r in log.read("t", 0)] == [(3, b"v1")]

@@ -3,7 +3,8 @@
 :meth:`KeyMapper.build` reads the dirty segments from the first dirty offset in offset order and
 records, for each key digest (:mod:`.digest`), the latest offset (:class:`.OffsetMap`). Aborted
 transactional batches and control batches are not mapped (:class:`.txn.CleanedTransactions`
-follows the markers). Batches are taken in chunks (at most ``chunk_bytes`` bytes or
+follows the markers of the aborted transactions whose marker lies at or past the first dirty
+offset; an older one was settled before the section starts). Batches are taken in chunks (at most ``chunk_bytes`` bytes or
 ``chunk_records`` records): the uncompressed ones mapped by the compiled walk (:mod:`.walk`),
 the others decoded together so the map is filled with vectorised digests.
 
@@ -84,7 +85,10 @@ class KeyMapper:
         omap = OffsetMap(self.map_bytes)
         self.known_bytes = 0
         known: Known = {}
-        txn = CleanedTransactions(plog.aborted)
+        # only the aborted transactions that reach the dirty section (Kafka's
+        # collectAbortedTransactions(start, end)): the markers of older ones are not read
+        # here, so they would stay open and make the producer's next batches look aborted
+        txn = CleanedTransactions([t for t in plog.aborted if t.last_offset >= first_dirty])
         pending: Run = []
         pending_records = pending_bytes = 0
         latest = -1
