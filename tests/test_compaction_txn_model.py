@@ -144,15 +144,23 @@ class TxnCompactionModel(RuleBasedStateMachine):
         return min((o for o, (_, _, s) in self.written.items()
                     if s is not None and self.outcome[s] == "open"), default=self.end)
 
-    def _read_committed(self) -> dict[bytes | None, tuple[int, bytes | None]]:
+    def _read_committed(self, lso: int) -> dict[bytes | None, tuple[int, bytes | None]]:
+        """The latest record of each key a read_committed consumer reads up to ``lso`` (a
+        poll may return nothing before that: a fetch of emptied batches or markers only)."""
         assert self.log is not None
         consumer = self.log.consumer(isolation_level="read_committed")
-        consumer.assign([TopicPartition("t", 0)])
+        tp = TopicPartition("t", 0)
+        consumer.assign([tp])
         latest: dict[bytes | None, tuple[int, bytes | None]] = {}
-        while batch := consumer.poll():
-            for r in batch:
+        for _ in range(1000):
+            if consumer.position(tp) >= lso:
+                break
+            for r in consumer.poll(0.01):
                 assert self._visible(self.written[r.offset][2]), r.offset
+                assert r.offset < lso, r.offset
                 latest[r.key] = (r.offset, r.value)
+        else:
+            raise AssertionError(f"read_committed stuck at {consumer.position(tp)} < {lso}")
         consumer.close()
         return latest
 
@@ -179,7 +187,7 @@ class TxnCompactionModel(RuleBasedStateMachine):
             key, value, serial = self.written[offset]
             if self._visible(serial):
                 model[key] = (offset, value)
-        seen = self._read_committed()
+        seen = self._read_committed(lso)
         assert set(seen) <= set(model)
         for key, (offset, value) in model.items():
             if value is not None or key in seen:
