@@ -208,7 +208,8 @@ class _Pass:
             out.seal(sync=_io.SAFETY.fsync_before_rename)  # durable before it is renamed in
             # Kafka keeps the group's last modification time: retention measures a segment
             # without timestamps (one the pass emptied) by it, not by when it was cleaned
-            _io.set_mtime(out.log_path, group[-1].last_modified_ms())
+            if (modified := group[-1].last_modified_ms()) > 0:  # 0: the file is gone
+                _io.set_mtime(out.log_path, modified)
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: the files go anyway
                 out.close()

@@ -4,9 +4,10 @@
 records, for each key digest (:mod:`.digest`), the latest offset (:class:`.OffsetMap`). Aborted
 transactional batches and control batches are not mapped (:class:`.txn.CleanedTransactions`
 follows the markers of the aborted transactions whose marker lies at or past the first dirty
-offset; an older one was settled before the section starts). Batches are taken in chunks (at most ``chunk_bytes`` bytes or
-``chunk_records`` records): the uncompressed ones mapped by the compiled walk (:mod:`.walk`),
-the others decoded together so the map is filled with vectorised digests.
+offset; an older one was settled before the section starts). Batches are taken in chunks (at
+most ``chunk_bytes`` bytes or ``chunk_records`` records): the uncompressed ones mapped by the
+compiled walk (:mod:`.walk`), the others decoded together so the map is filled with vectorised
+digests.
 
 Invariants:
 
