@@ -178,3 +178,30 @@ def test_a_transaction_committed_after_an_aborted_one_already_cleaned_is_kept(
     consumer.close()
     assert seen == [(3, b"v1")]
     assert [(r.offset, r.value) for r in log.read("t", 0)] == [(3, b"v1")]
+
+
+def test_the_cleaner_does_not_pick_a_partition_an_open_transaction_holds_back(
+    log: Log, clock: Clock,
+) -> None:
+    """Kafka's cleanable range ends at the last stable offset, for the choice of what to clean
+    as for the pass: a partition whose dirty section lies past an open transaction's first
+    offset is not due (no pass that reads every header to find nothing to clean)."""
+    log.create_topic("t", config={"cleanup.policy": "compact", "max.compaction.lag.ms": 1})
+    producer = log.producer(transactional_id="x")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", b"open", key=b"a", partition=0, timestamp=T0 - 1000)
+    producer.flush()
+    for i in range(3):
+        log.append("t", b"v%d" % i, key=b"b", partition=0, timestamp=T0 - 1000)
+        log.roll("t", 0)
+    p = log._partition_of("t", 0)
+    plan = log._compaction().plan(p, clock.now)
+    assert plan is not None and plan.first_uncleanable == 0 and not plan.due(p.config)
+    assert log.upkeep.run_once("cleaner").cleaned == 0
+    producer.commit_transaction()
+    producer.close()
+    plan = log._compaction().plan(p, clock.now)
+    assert plan is not None and plan.due(p.config)
+    assert log.upkeep.run_once("cleaner").cleaned == 1
+    assert [(r.offset, r.value) for r in log.read("t", 0)] == [(0, b"open"), (3, b"v2")]

@@ -77,16 +77,18 @@ class Compactor:
             checkpoint.write_offsets(self.path, self._offsets)
 
     def plan(self, p: Partition, now: int) -> Cleanable | None:
-        """The partition's cleanable range as the background cleaner judges it (open
-        transactions are only accounted for by the pass itself)."""
+        """The partition's cleanable range as the background cleaner judges it: up to its
+        last stable offset (Kafka's ``cleanableOffsets``), so a partition whose open
+        transaction holds back its dirty section is not due."""
         with p.lock:
             if p.poisoned is not None or not p.segments:
                 return None
             segments = list(p.segments)
             start, end = p.start_offset, p.end_offset
+            stable = p.stable.get(p.segments, end)  # incremental: new headers only
         return cleanable(
             segments, start_offset=start, end_offset=end, checkpoint=self.first_dirty(p),
-            last_stable_offset=None, config=p.config, now=now,
+            last_stable_offset=stable, config=p.config, now=now,
         )  # fmt: skip
 
     def clean(
