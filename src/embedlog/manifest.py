@@ -9,9 +9,8 @@ A segment is *sealed* when the partition rolls past it: it was fsynced whole and
 appended to again. The manifest is replaced atomically (:func:`embedlog._io.write_atomic`)
 whenever the set of sealed segments changes (roll, retention, a compaction swap). On open a
 sealed segment that is shorter, longer or missing is reported as corruption
-(:func:`check_sealed`), because a cut at a batch boundary is invisible to CRCs; a read-only view
-checks the same where its reads meet a sealed segment ending short of the next one
-(:mod:`embedlog.view_tail`). Kafka folders have no manifest: every check then passes.
+(:func:`check_sealed`), because a cut at a batch boundary is invisible to CRCs. Kafka folders
+have no manifest: every check then passes.
 """
 
 from __future__ import annotations
@@ -26,10 +25,7 @@ from . import _io, checkpoint
 from .errors import CorruptCheckpointError, CorruptionError
 from .naming import LOG_SUFFIX, SEGMENT_MANIFEST, segment_path
 
-__all__ = [
-    "MANIFEST", "check_sealed", "manifest_stamp", "missing_error", "read_manifest", "size_error",
-    "write_manifest",
-]
+__all__ = ["MANIFEST", "check_sealed", "manifest_stamp", "read_manifest", "write_manifest"]
 
 MANIFEST: Final = SEGMENT_MANIFEST
 _MAX_LINE: Final = 40
@@ -114,28 +110,19 @@ def check_sealed(directory: str, bases: list[int], start_offset: int) -> dict[in
         path = segment_path(directory, base, LOG_SUFFIX)
         if base not in present:
             if bases and base < bases[-1]:
-                raise missing_error(path, base)
+                raise CorruptionError(
+                    f"sealed segment {base} is missing: records would be lost", path=path
+                )
             continue
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode):  # say what is there, as the open would
             os.close(_io.open_regular(path))
         actual = st.st_size
         if actual != size:
-            raise size_error(path, actual, size)
+            raise CorruptionError(
+                f"sealed segment is {actual} bytes, expected {size}: "
+                "it was truncated or extended after it was sealed",
+                path=path,
+                position=min(actual, size),
+            )
     return sealed
-
-
-def missing_error(path: str, base: int) -> CorruptionError:
-    """The damage of sealed segment ``base`` (its ``.log`` at ``path``) being gone."""
-    return CorruptionError(f"sealed segment {base} is missing: records would be lost",
-                           path=path)
-
-
-def size_error(path: str, actual: int, size: int) -> CorruptionError:
-    """The damage of the sealed segment at ``path`` being ``actual`` bytes, not ``size``."""
-    return CorruptionError(
-        f"sealed segment is {actual} bytes, expected {size}: "
-        "it was truncated or extended after it was sealed",
-        path=path,
-        position=min(actual, size),
-    )

@@ -10,26 +10,16 @@ deleting and swapping compacted segments in under it. So a view:
 
 * refreshes (:func:`refresh_view`): lists the folder again and adopts what changed
   (:func:`embedlog.loader.adopt`), the active segment's new size, and the writer's persisted
-  log start offset; the manifest stamp it records as seen is the one from before the listing,
-  so a compaction swap that writes the manifest after the listing (and renames its segment in
-  after that) has the open segments checked again at the next refresh;
+  log start offset;
 * scans so that it survives the writer: a captured segment deleted or replaced before its
   file was (re)opened (the descriptor budget opens files lazily, :mod:`embedlog._handles`) raises
-  ``StorageError(ESTALE)`` (in the scan, or when the range is captured); the view lists the
-  folder again, opening afresh every segment whose name holds another file now (releasing the
-  old one's descriptors), and resumes after the last batch it yielded, at most ``_RESCANS``
-  times -- unless that offset is now below the log start
+  ``StorageError(ESTALE)``; the view lists the folder again and resumes after the last batch it
+  yielded, at most ``_RESCANS`` times -- unless that offset is now below the log start
   (``delete_records``/retention took it): then :class:`~embedlog.errors.OffsetOutOfRangeError`,
   as a read from there would raise (a consumer applies its ``auto_offset_reset``), never a silent
   jump to the new log start;
 * reads the known records first: a bounded read below the known end lists no folder; only
-  a read that comes up short refreshes (reading on from the known end);
-* never returns a sealed segment's records short: where a scan leaves a sealed segment with
-  offsets of its range below the next segment's base that it found no batch for, the segment's
-  size and the segments between are checked against ``embedlog.segments``
-  (:mod:`embedlog.view_tail`), as the writer's open checks them -- a cut or missing sealed
-  segment raises the same :class:`~embedlog.errors.CorruptionError`, a gap compaction left
-  passes, and a listing the writer changed meanwhile is listed again (ESTALE, above).
+  a read that comes up short refreshes (reading on from the known end).
 
 A tiered partition (``tier``, :mod:`embedlog.tiering`) may start below its first local
 segment: a scan from there reads the remote segments first, each fetched only when the scan
@@ -50,10 +40,8 @@ import time
 from collections.abc import Generator, Iterable, Iterator, Sized
 from typing import Protocol, TypeVar
 
-from . import loader, reader, view_tail
-from ._handles import CACHE
+from . import loader, reader
 from .errors import OffsetOutOfRangeError, StorageError
-from .manifest import manifest_stamp
 from .records import Record
 from .segment import _native
 from .segment import format as fmt
@@ -113,18 +101,16 @@ class Readable(Protocol):
     def refresh(self) -> None: ...
 
 
-def refresh_view(p: Readable, *, drop_stale: bool = False) -> None:
+def refresh_view(p: Readable) -> None:
     """Pick up segments created or deleted by the writer (and swapped in by its compaction)
     and the active segment's new size; a writer's partition is left alone. A segment deleted
-    between the listing and its opening (``StorageError(ESTALE)``) makes it list again, with
-    the open segments whose name holds another file now opened afresh (at once with
-    ``drop_stale``: the caller met ESTALE)."""
+    between the listing and its opening (``StorageError(ESTALE)``) makes it list again."""
     if p.writable:
         return
     with p.lock:
         for attempt in range(_RESCANS + 1):
             try:
-                return _refresh_once(p, stale_dropped=drop_stale or attempt > 0)
+                return _refresh_once(p, stale_dropped=attempt > 0)
             except StorageError as exc:  # a segment listed was deleted before it was opened
                 if exc.errno != errno.ESTALE or attempt == _RESCANS:
                     raise
@@ -134,21 +120,14 @@ def refresh_view(p: Readable, *, drop_stale: bool = False) -> None:
 def _refresh_once(p: Readable, stale_dropped: bool) -> None:
     """One listing adopted; with ``stale_dropped`` the open segments whose name now holds
     another file (or none) are opened afresh rather than kept."""
-    # The manifest's stamp before the listing is what the view has seen: a swap that writes
-    # the manifest after the listing (and renames its segment in later) is re-checked next time.
-    before = manifest_stamp(p.directory)
     try:
         names = os.listdir(p.directory)
     except FileNotFoundError:
         names = []
-    segments = p.segments
-    if stale_dropped:
-        segments = [s for s in p.segments if s.is_current()]
-        for gone in set(p.segments).difference(segments):  # adopt releases only what it drops
-            CACHE.evict(gone)
+    segments = [s for s in p.segments if s.is_current()] if stale_dropped else p.segments
     adopted = loader.adopt(p.directory, p.settings, segments, names, p._manifest_seen)
     if adopted is not None:
-        p.segments, p._manifest_seen = adopted[0], before
+        p.segments, p._manifest_seen = adopted
         p._bases = [s.base_offset for s in p.segments]
         if p._bases:
             p.start_offset = max(p.start_offset, local_floor(p))
@@ -208,35 +187,28 @@ def scan(p: Readable, segs: list[Segment], offset: int, stop: int, control: bool
          ) -> Iterator[tuple[fmt.BatchHeader, R]]:
     """:func:`embedlog.reader.scan` of ``segs`` over ``[offset, stop)``; a view that meets
     ESTALE or a compaction swap half way (:class:`~embedlog.segment.rules.OverlapError`) lists
-    the folder again and resumes (a writer re-raises it). A view checks each sealed segment it
-    leaves short of the next one's base against the manifest
-    (:func:`embedlog.view_tail.check_gap`: damage raises, a stale listing is ESTALE)."""
+    the folder again and resumes (a writer re-raises it)."""
 
     def current_end() -> int:
         with p.lock:  # an append in progress has updated the end once the lock is free
             return p.end_offset
 
-    def gap(seg: Segment, ceiling: int) -> None:  # a view's own segments (not tiered ones)
-        if seg.directory == p.directory:
-            view_tail.check_gap(seg, ceiling)
-
-    on_gap = None if p.writable else gap
     for _ in range(_RESCANS):
         try:
             for header, found in reader.scan(segs, offset, stop, control=control,
                                              max_records=wanted, current_end=current_end,
-                                             decode=decode, on_gap=on_gap):
+                                             decode=decode):
                 offset = header.next_offset
                 if wanted is not None:
                     wanted -= len(found)
                 yield header, found
             return
         except (StorageError, OverlapError) as exc:
-            if p.writable or not _moved(exc):
+            if p.writable or (isinstance(exc, StorageError) and exc.errno != errno.ESTALE):
                 raise
             gone = exc
         with p.lock:
-            _relist(p, gone)
+            p.refresh()
             if offset < p.start_offset:  # deleted under the scan: never skipped in silence
                 raise OffsetOutOfRangeError(
                     f"offset {offset} of {p.topic}-{p.partition} was deleted during the read: "
@@ -274,8 +246,6 @@ def decoded(p: Readable, start: int | None, end: int | None, control: bool,
     """:func:`batches` with each batch made into records by ``decode``
     (:data:`embedlog.reader.Decode`) rather than :func:`embedlog.reader.restrict`."""
     start, stop, segs = _capture(p, start, end)
-    if not p.writable and p.tier is None and segs and start == segs[0].base_offset:
-        _check_start(p, start, segs[0])
     if p.tier is not None and segs and start < segs[0].base_offset:
         start, max_records = yield from _remote_batches(
             p, p.tier, start, min(stop, segs[0].base_offset), control, max_records, decode)
@@ -284,19 +254,10 @@ def decoded(p: Readable, start: int | None, end: int | None, control: bool,
     yield from scan(p, segs, start, stop, control, max_records, decode)
 
 
-def _check_start(p: Readable, start: int, first: Segment) -> None:
-    """A view reading from its log start ``start``, the base offset of its first segment
-    ``first``, above the log start the writer checkpointed: no sealed segment the manifest
-    names may lie in between (:func:`embedlog.view_tail.check_start`)."""
-    if 0 < start == p.start_offset and (p.persisted_start() or 0) < start:
-        view_tail.check_start(first, p.persisted_start)
-
-
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:
     """``(start, stop, segments)`` of a scan. A view that meets a compaction swap half way
-    (:class:`~embedlog.segment.rules.OverlapError`) or a segment deleted or replaced (ESTALE)
-    lists the folder again, up to ``_RESCANS`` times; a writer's overlap is damage and
-    raises."""
+    (:class:`~embedlog.segment.rules.OverlapError`) lists the folder again, up to ``_RESCANS``
+    times; a writer's overlap is damage and raises."""
     for attempt in range(_RESCANS + 1):
         try:
             with p.lock:
@@ -307,28 +268,11 @@ def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int,
                 check_range(p, first)
                 stop = p.end_offset if end is None else min(end, p.end_offset)
                 return first, stop, list(p.segments[segment_index(p, first) :])
-        except (StorageError, OverlapError) as exc:
-            if p.writable or attempt == _RESCANS or not _moved(exc):
+        except OverlapError:
+            if p.writable or attempt == _RESCANS:
                 raise
             time.sleep(0.001 * (attempt + 1))  # the writer is between a rename and an unlink
-            if isinstance(exc, StorageError):
-                _relist(p, exc)
     raise AssertionError("unreachable")
-
-
-def _moved(exc: Exception) -> bool:
-    """Whether ``exc``, met by a view, says the writer moved on under it: a segment deleted or
-    replaced (ESTALE), or a compaction swap half way (an overlap)."""
-    return isinstance(exc, OverlapError) or getattr(exc, "errno", None) == errno.ESTALE
-
-
-def _relist(p: Readable, exc: Exception) -> None:
-    """A view's refresh after ``exc`` (:func:`_moved`): after ESTALE the segments whose name
-    holds another file now are opened afresh."""
-    if isinstance(exc, StorageError):
-        refresh_view(p, drop_stale=True)
-    else:
-        p.refresh()
 
 
 def read(p: Readable, start: int | None, end: int | None,

@@ -33,20 +33,23 @@ wanted)`` -> the batch's records in ``[offset, stop)`` (:func:`restrict`), in wh
 called while ``buf`` is valid, it must keep no view of it (``buf`` may be a mapping)."""
 
 
-def scan(segs: list[Segment], start: int, stop: int, *, control: bool, max_records: int | None,
-         current_end: Callable[[], int], decode: Decode[R],
-         on_gap: Callable[[Segment, int], None] | None = None
-         ) -> Iterator[tuple[fmt.BatchHeader, R]]:
+def scan(
+    segs: list[Segment],
+    start: int,
+    stop: int,
+    *,
+    control: bool,
+    max_records: int | None,
+    current_end: Callable[[], int],
+    decode: Decode[R],
+) -> Iterator[tuple[fmt.BatchHeader, R]]:
     """Data batches of ``segs`` whose records fall in ``[start, stop)``, each restricted to that
     range by ``decode`` (:func:`restrict`, or a consumer's own: see :data:`Decode`; a batch
     is yielded when its result is not empty). Control batches are skipped (their offsets still
     count) unless ``control``. With ``max_records`` the caller promises to stop after that many
     records, so the batches are decoded no further (a point read walks its batch only up to
     the record it wants).
-    ``current_end`` gives the partition's end offset now (an append may be in progress).
-    ``on_gap(segment, next base)`` is called when the scan leaves a segment that is not the
-    last with offsets of the range below the next one's base that no batch of it holds (a
-    read-only view's check of the sealed segment's end, :mod:`embedlog.view_tail`)."""
+    ``current_end`` gives the partition's end offset now (an append may be in progress)."""
     if not segs:  # a partition with no segment (a read-only view of a folder not there)
         return
     wanted = max_records
@@ -64,33 +67,32 @@ def scan(segs: list[Segment], start: int, stop: int, *, control: bool, max_recor
                 yield cast("tuple[fmt.BatchHeader, R]", hit)  # decode is restrict
                 return
         found_at = seg.find_batch(offset)
-        if found_at is not None:
-            position, head = found_at
-            # The file's identity is taken before its batch is read, and only for a batch that
-            # can be remembered (its header, read by find_batch, says so).
-            ident = seg.read_identity() if memo and point_memo.eligible(
-                fmt.parse_header(head, 0)) else None
-            for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc,
-                                              exact_first=wanted is not None, head=head):
-                at, ident = ident, None  # only the first batch's file position is known
-                if _past(seg, header, ceiling, stop, current_end):
-                    return
-                if (header.last_offset < offset or (header.is_control and not control)
-                        or not header.records_count):
-                    continue
-                if at is not None and point_memo.eligible(header):  # decode is restrict
-                    found = cast(R, _remember(at, position, buf, p, header, offset, stop, wanted))
-                else:
-                    found = decode(buf, p, header, offset, stop, wanted)
-                if len(found):
-                    yield header, found
-                    if wanted is not None:
-                        wanted -= len(found)
-                        if wanted <= 0:
-                            return
+        if found_at is None:
+            continue
+        position, head = found_at
+        # The file's identity is taken before its batch is read, and only for a batch that
+        # can be remembered (its header, read by find_batch, says so).
+        ident = seg.read_identity() if memo and point_memo.eligible(
+            fmt.parse_header(head, 0)) else None
+        for buf, p, header in seg.batches(position, verify=_io.SAFETY.verify_crc,
+                                          exact_first=wanted is not None, head=head):
+            at, ident = ident, None  # only the first batch's file position is known
+            if _past(seg, header, ceiling, stop, current_end):
+                return
+            if (header.last_offset < offset or (header.is_control and not control)
+                    or not header.records_count):
+                continue
+            if at is not None and point_memo.eligible(header):  # decode is restrict
+                found = cast(R, _remember(at, position, buf, p, header, offset, stop, wanted))
+            else:
+                found = decode(buf, p, header, offset, stop, wanted)
+            if len(found):
+                yield header, found
+                if wanted is not None:
+                    wanted -= len(found)
+                    if wanted <= 0:
+                        return
         offset = max(offset, seg.next_offset)
-        if on_gap is not None and ceiling is not None and offset < min(stop, ceiling):
-            on_gap(seg, ceiling)
 
 
 def _past(seg: Segment, header: fmt.BatchHeader, ceiling: int | None, stop: int,
