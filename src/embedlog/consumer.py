@@ -24,8 +24,10 @@ from a thread): a member that does not poll for ``session_timeout_ms`` is evicte
 commits are refused, but the partitions it holds stay blocked until it polls again (or dies), so
 no partition is ever read by two members at once. Callbacks ``on_revoke(partitions)`` (still
 owned: commit here) and ``on_assign(partitions)`` get the partitions lost or gained
-(cooperative rebalancing). A member commits only partitions it owns. Without a group,
-``subscribe`` takes every partition and ``commit`` is refused.
+(cooperative rebalancing), inside ``poll`` (the first ``on_assign`` at the first ``poll``,
+``position``, ``seek*`` or ``lag``: never in the constructor). A member commits only partitions
+it owns. Without a group, ``subscribe`` takes every partition and ``commit`` is refused. Topics
+deleted or created again are followed at every poll (:mod:`embedlog.consumer_topics`).
 
 **Waiting.** ``poll(timeout)`` blocks while nothing is new. On the log's writer it waits on
 ``Partition.appended`` (a producer writes batches within ``linger_ms`` of a send); on a
@@ -50,10 +52,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from . import _validate
+from . import _validate, consumer_topics
 from ._client_api import ClientLog
 from .consumer_commits import Commits
-from .errors import LogClosedError, UsageError
+from .errors import LogClosedError, UnknownTopicError, UsageError
 from .fetcher import (
     Fetch,
     Fetcher,
@@ -171,12 +173,15 @@ class Consumer(Commits):
     ) -> None:
         """Consume ``topics``: shared with the group's other members, or every partition
         without a group. Replaces any earlier subscription or assignment. The partitions free
-        now are assigned before this returns; later changes happen inside ``poll``."""
+        now are assigned before this returns (:meth:`assignment` lists them), but ``on_assign``
+        runs for them at the first ``poll`` (or ``position``, ``seek*``, ``lag``), never here;
+        later changes (members, topics deleted or re-created) happen inside ``poll``."""
         self._check_open()
         names = tuple(_validate.topic_names(topics))
         if not names:
             raise UsageError("subscribe needs at least one topic")
-        counts = {t: self.log.partition_count(t) for t in names}
+        for t in names:
+            self.log.partition_count(t)  # UnknownTopicError before anything changes
         if on_assign is not None:
             self._on_assign = on_assign
         if on_revoke is not None:
@@ -194,11 +199,7 @@ class Consumer(Commits):
             )
             self._membership.join()
             self._next_beat = time.monotonic() + self._heartbeat_s
-        else:
-            tps = [TopicPartition(t, i) for t in names for i in range(counts[t])]
-            self._add(tps)
-            self._unannounced = tps
-        self._maintain()  # partitions (and on_assign) now rather than at the first poll
+        self._maintain(announce=False)  # partitions now; on_assign at the first poll
 
     def unsubscribe(self) -> None:
         """Give up the subscription or assignment (``on_revoke`` runs for subscribed ones)."""
@@ -241,37 +242,81 @@ class Consumer(Commits):
     def generation(self) -> int | None:
         return self._membership.state.generation if self._membership is not None else None
 
-    def _add(self, tps: Iterable[TopicPartition]) -> None:
+    def _add(self, tps: Iterable[TopicPartition], *, announce: bool = True) -> None:
+        """Read ``tps`` too; ``on_assign`` runs for them at the next :meth:`_announce` (a
+        subscription's: an assigned consumer has no callbacks)."""
         self._iteration.abandon(self._fetches)
         for tp in tps:
             if tp not in self._fetches:
                 self._fetches[tp] = Fetch(tp, self.log._partition_of(tp.topic, tp.partition))
+                if announce and self._subscription is not None:
+                    self._unannounced.append(tp)
+
+    def _announce(self) -> set[TopicPartition]:
+        """Run ``on_assign`` for the partitions gained since it last ran (never inside the
+        constructor or ``subscribe``: a callback may use the consumer, as Kafka's listeners
+        do); the assignment."""
+        if self._unannounced:
+            tps, self._unannounced = sorted(self._unannounced), []
+            if self._on_assign is not None:
+                self._on_assign(tps)
+        return set(self._fetches)
 
     def _revoke(self, tps: list[TopicPartition], *, lost: bool = False) -> None:
         """Commit (if auto and still a member), tell the application, then let go of ``tps``."""
         self._iteration.abandon(self._fetches)
+        told = sorted(tp for tp in tps if tp not in self._unannounced)  # on_assign ran for them
+        self._unannounced = [tp for tp in self._unannounced if tp not in tps]
         try:
             if self.enable_auto_commit and self._store is not None and not lost:
                 self._commit_positions(tps)
-            if self._on_revoke is not None:
-                self._on_revoke(sorted(tps))
+            if self._on_revoke is not None and told:
+                self._on_revoke(told)
         finally:
             for tp in tps:
                 self._fetches.pop(tp, None)
                 if self._membership is not None:
                     self._membership.drop_lease(tp)
 
-    def _maintain(self, *, eager: bool = True) -> None:
-        """Run the group protocol: heartbeat, follow membership changes, move leases. Leases
-        still held by their previous owner are retried on every ``poll`` call (``eager``) and
-        every 50 ms while a poll waits."""
+    def _maintain(self, *, eager: bool = True, announce: bool = True) -> None:
+        """Follow the topics (:mod:`embedlog.consumer_topics`), run the group protocol, then
+        (``announce``) ``on_assign`` for the partitions gained."""
         m = self._membership
+        missing = self._rebind(consumer_topics.stale(self.log, self._fetches))
+        if missing and self._subscription is None:
+            raise UnknownTopicError(
+                f"assigned partitions {', '.join(f'{t.topic}-{t.partition}' for t in missing)}"
+                f" no longer exist in {self.log.path} (their topic was deleted or shrunk)")
+        if missing:
+            self._revoke(missing)
         if m is None:
-            if self._unannounced:
-                tps, self._unannounced = self._unannounced, []
-                if self._on_assign is not None:
-                    self._on_assign(sorted(tps))
-            return
+            if self._subscription is not None:
+                self._add(sorted(consumer_topics.subscribed(self.log, self._subscription)))
+        else:
+            self._rebalance(m, eager)
+        if announce:
+            self._announce()
+
+    def _rebind(self, gone: list[TopicPartition]) -> list[TopicPartition]:
+        """Read the partitions of ``gone`` that exist again (a re-created topic) as new ones:
+        their positions start over (committed offset, else ``auto_offset_reset``), with no
+        callback, as Kafka's consumer resets a partition whose topic id changed; the others."""
+        if not gone:
+            return []
+        self._iteration.abandon(self._fetches)
+        missing = []
+        for tp in gone:
+            p = consumer_topics.current(self.log, tp)
+            if p is None:
+                missing.append(tp)
+            else:
+                self._fetches[tp] = Fetch(tp, p)
+        return missing
+
+    def _rebalance(self, m: Membership, eager: bool) -> None:
+        """The group protocol: heartbeat, follow membership changes, move leases. Leases still
+        held by their previous owner are retried on every ``poll`` call (``eager``) and every
+        50 ms while a poll waits."""
         now = time.monotonic()
         if now >= self._next_beat:
             m.heartbeat()
@@ -290,11 +335,7 @@ class Consumer(Commits):
         wanted = sorted(tp for tp in target if tp not in self._fetches)
         if wanted and (changed or eager or now >= self._next_lease_try):
             self._next_lease_try = now + _GROUP_TICK_S
-            gained = [tp for tp in wanted if m.take_lease(tp)]
-            if gained:
-                self._add(gained)
-                if self._on_assign is not None:
-                    self._on_assign(gained)
+            self._add([tp for tp in wanted if m.take_lease(tp)])
 
     # ------------------------------------------------------------------ polling
 
@@ -361,6 +402,7 @@ class Consumer(Commits):
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record this consumer will hand out for ``tp``."""
         self._check_open()
+        self._announce()
         self._iteration.settle(self._fetches)
         f = self._fetch(_validate.topic_partition(tp))
         if f.position is None:
@@ -372,17 +414,20 @@ class Consumer(Commits):
         """Continue ``tp`` at ``offset`` (checked against the log at the next fetch)."""
         self._check_open()
         offset = _validate.offset(offset)
+        self._announce()
         f = self._fetch(_validate.topic_partition(tp))
         self._iteration.abandon(self._fetches)
         f.move_to(offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Move ``partitions`` (default: all assigned) to their log start."""
+        self._announce()
         for tp, offset in self.beginning_offsets(partitions or list(self._fetches)).items():
             self.seek(tp, offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         """Move ``partitions`` (default: all assigned) to their end (:meth:`end_offsets`)."""
+        self._announce()
         for tp, offset in self.end_offsets(partitions or list(self._fetches)).items():
             self.seek(tp, offset)
 
@@ -409,7 +454,7 @@ class Consumer(Commits):
     def lag(self) -> dict[TopicPartition, int]:
         """Offsets between each assigned partition's position and its :meth:`end_offsets`."""
         return {tp: max(0, self._end_of(tp) - self.position(tp))
-                for tp in self._fetches}
+                for tp in self._announce()}
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -27,7 +27,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import _validate
+from . import _validate, consumer_topics
+from ._client_api import ClientLog
 from .errors import EmbedlogError, GroupError, InvalidArgumentError, LogClosedError
 from .fetcher import Fetch, Iteration
 from .groups import Membership, OffsetStore
@@ -42,6 +43,7 @@ class Commits:
     """The commit calls of a consumer, over the state :class:`~embedlog.Consumer` keeps
     (declared here, set by its ``__init__``)."""
 
+    log: ClientLog
     _closed: bool
     _fetches: dict[TopicPartition, Fetch]
     _iteration: Iteration
@@ -73,7 +75,15 @@ class Commits:
 
     def _commit_positions(self, tps: list[TopicPartition]) -> None:
         self._iteration.settle(self._fetches)
-        self._commit({tp: p for tp in tps if (p := self._fetches[tp].position) is not None})
+        self._commit(self._positions(tps))
+
+    def _positions(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The known positions of ``tps``, but for partitions of a topic deleted since they
+        were assigned (:mod:`embedlog.consumer_topics`): never committed, they would be taken
+        for offsets of the topic created under the name since."""
+        fetches = [self._fetches[tp] for tp in tps]
+        return {f.tp: f.position for f in fetches if f.position is not None
+                and (self.log.closed or consumer_topics.is_current(self.log, f))}
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         if self._store is None:
@@ -101,8 +111,8 @@ class Commits:
             return
         try:
             self._iteration.settle(self._fetches)
-            offsets = {tp: p for tp, f in self._fetches.items() if (p := f.position) is not None}
-            offsets.update((tp, p) for tp, p in (handed or {}).items() if tp in self._fetches)
+            offsets = self._positions(list(self._fetches))
+            offsets.update((tp, p) for tp, p in (handed or {}).items() if tp in offsets)
             self._commit(offsets)
         except EmbedlogError as exc:
             logger.warning("consumer group %r: the final auto-commit on close failed, the "

@@ -7,10 +7,13 @@ lock; checkpoint writes are serialised here, because partitions trigger them fro
 (a roll writes the recovery points, retention the log start offsets).
 
 On-disk order: a topic's folders exist (fsynced) before ``embedlog.json`` names it; it leaves
-``embedlog.json`` before its files are deleted. Creation is all or nothing: a failed create
-removes the folders it made; a crash mid-create leaves empty, unlisted folders that the
-next create of that name removes (:meth:`TopicTable.create`). The log start offsets are
-written *before* the segments below them are unlinked (see :mod:`embedlog.partition`).
+``embedlog.json`` before its files are deleted, and then the groups' committed offsets of it
+(:func:`embedlog.groups.forget_topic`; again when the name is created, in case a crash or a
+late commit left some): a topic created under a deleted one's name is a new topic. Creation
+is all or nothing: a failed create removes the folders it made; a crash mid-create leaves
+empty, unlisted folders that the next create of that name removes
+(:meth:`TopicTable.create`). The log start offsets are written *before* the segments below
+them are unlinked (see :mod:`embedlog.partition`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _io, checkpoint, loader, metadata
+from . import _io, checkpoint, groups, loader, metadata
 from .config import TopicConfig
 from .errors import (
     CorruptCheckpointError,
@@ -187,6 +190,7 @@ class TopicTable:
                 raise TopicExistsError(f"{d} already exists")
         for d in leftovers:
             _remove_folder(d)
+        groups.forget_topic(self.root, name)  # a deleted namesake's, if its deletion was cut
         created: list[str] = []
         parts: list[Partition] = []
         try:
@@ -235,6 +239,7 @@ class TopicTable:
             p.close()
             _remove_folder(p.directory)
         _io.fsync_dir(self.root)
+        groups.forget_topic(self.root, topic.name)
 
     def alter(self, topic: Topic, config: Mapping[str, Any]) -> TopicConfig:
         """Merge ``config`` (Kafka names) into the topic's settings and persist them."""

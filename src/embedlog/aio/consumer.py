@@ -193,7 +193,7 @@ class AsyncConsumer:
             await self._settle()
             await self._call(fn)
             self._drop(None)
-            self._assigned_now = frozenset(await self._call(self._started().assignment))
+            self._assigned_now = frozenset(await self._call(self._started()._announce))
 
     # ------------------------------------------------------------------ fetching
 
@@ -225,7 +225,7 @@ class AsyncConsumer:
             await self._fetch(min(left, _SLICE_S))
             return
         await self._fetch(0.0, self._poll_and_arm)
-        if not self._stash:
+        if not self._stash and self._error is None:
             await waker.wait_async(min(left, _SLICE_S if self.group else _WAKE_WAIT_S))
 
     def _poll_and_arm(self, _: float) -> list[Record]:
@@ -272,7 +272,7 @@ class AsyncConsumer:
         fut = self._loop.run_in_executor(self._worker, poll or sync.poll, timeout_s)
         fut.add_done_callback(lambda f: self._stash_fetch(f, epochs))
         self._inflight = fut
-        await asyncio.shield(fut)
+        await asyncio.wait([fut])  # its error is raised once, by the next _raise_deferred
 
     def _stash_fetch(self, fut: asyncio.Future[list[Record]],
                      epochs: tuple[int, dict[TopicPartition, int]]) -> None:

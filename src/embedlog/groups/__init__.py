@@ -25,7 +25,7 @@ import os
 from .. import _paths
 from .._platform import FileLock
 from ..errors import InvalidConfigError
-from ..naming import GROUPS_DIR
+from ..naming import GROUP_LOCK_FILE, GROUPS_DIR
 from .assignors import ASSIGNORS, range_assign, round_robin_assign
 from .membership import GroupState, Membership, live_members
 from .offsets import OffsetStore
@@ -37,6 +37,7 @@ __all__ = [
     "GroupState",
     "Membership",
     "OffsetStore",
+    "forget_topic",
     "group_directory",
     "group_names",
     "live_members",
@@ -52,6 +53,15 @@ def group_directory(log_path: str, group: str, *, create: bool = True) -> str:
     log folder."""
     _paths.component(group, "group name", InvalidConfigError)
     return _paths.folder(log_path, GROUPS_DIR, group, create=create)
+
+
+def forget_topic(log_path: str, topic: str) -> None:
+    """Drop ``topic``'s committed offsets from every group of the log (the topic was deleted),
+    as Kafka's group coordinator drops the offsets of deleted partitions: a topic created
+    again under the name is a new one, its consumers start by ``auto_offset_reset``."""
+    for group in group_names(log_path):
+        directory = group_directory(log_path, group, create=False)
+        OffsetStore(directory, os.path.join(directory, GROUP_LOCK_FILE)).forget(topic)
 
 
 def group_names(log_path: str) -> list[str]:

@@ -184,6 +184,7 @@ class Membership:
         self.state = GroupState()
         self._stamp: tuple[int, int, int] | None = None
         self._assignment: frozenset[TopicPartition] | None = None
+        self._counts: dict[str, int] = {}
         self.leases: dict[TopicPartition, FileLock] = {}
 
     # ------------------------------------------------------------------ join / leave
@@ -265,12 +266,17 @@ class Membership:
             self._assignment = None
 
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions the current membership gives this member (empty if not a member)."""
+        """The partitions the current membership gives this member (empty if not a member),
+        over the topics' partition counts now: a topic deleted, re-created or grown changes
+        it at the next call, in every member (each computes the same function of the
+        members and the counts)."""
+        counts = {t: self._count(t) for ts in self.state.members.values() for t in ts}
+        if counts != self._counts:
+            self._counts, self._assignment = counts, None
         if self._assignment is None:
             if not self.in_group:
                 self._assignment = frozenset()
             else:
-                counts = {t: self._count(t) for ts in self.state.members.values() for t in ts}
                 assign = ASSIGNORS[self.state.assignor or self.assignor]
                 result = assign(self.state.members, counts)
                 assert self.member_id is not None

@@ -63,3 +63,13 @@ class OffsetStore:
             merged = self.read()
             merged.update(offsets)
             checkpoint.write_offsets(self.path, merged)
+
+    def forget(self, topic: str) -> None:
+        """Drop every committed offset of ``topic`` (deleted: a topic created later under its
+        name starts without them), under the lock; the file is rewritten only if it had
+        some."""
+        with FileLock(self.lock_path):
+            offsets = self.read()
+            kept = {tp: o for tp, o in offsets.items() if tp.topic != topic}
+            if len(kept) != len(offsets):
+                checkpoint.write_offsets(self.path, kept)
