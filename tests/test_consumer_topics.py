@@ -4,12 +4,16 @@ metadata refresh, KIP-516's new topic), and when the first ``on_assign`` runs.""
 from __future__ import annotations
 
 import asyncio
+import json
+import pathlib
 
 import pytest
 
 import embedlog
 from embedlog import TopicPartition, UnknownTopicError
 from embedlog.aio import AsyncConsumer
+from embedlog.errors import CorruptCheckpointError
+from embedlog.metadata import parse_metadata
 
 TP0 = TopicPartition("t", 0)
 
@@ -182,6 +186,82 @@ def test_latest_reset_applies_to_a_recreated_partition(log: embedlog.Log) -> Non
     assert [r.value for r in poll_until(consumer, 1)] == [b"after"]
 
 
+@pytest.mark.parametrize("group", [None, "g"])
+def test_read_only_consumer_follows_a_topic_recreated_between_two_polls(
+        log: embedlog.Log, log_dir: pathlib.Path, group: str | None) -> None:
+    # the writer deletes and re-creates with as many partitions, more records than the old
+    # position: only the topic id tells the new topic from the old one
+    log.create_topic("t", partitions=1)
+    log.append_batch("t", [b"old-%d" % i for i in range(5)], partition=0)
+    with embedlog.open(log_dir, read_only=True) as ro:
+        consumer = ro.consumer("t", group=group)
+        assert len(poll_until(consumer, 5)) == 5
+        if group is not None:
+            consumer.commit()
+        made = recreate(log, partitions=1, per_partition=10)
+        got = poll_until(consumer, 10)
+        assert [(r.partition, r.value) for r in got] == sorted(made, key=lambda m: m[1])
+        log.delete_topic("t")
+        log.create_topic("t", partitions=3)  # and again, grown
+        for p in range(3):
+            log.append("t", b"third-%d" % p, partition=p)
+        got = poll_until(consumer, 3)
+        assert sorted(r.value for r in got) == [b"third-0", b"third-1", b"third-2"]
+        assert consumer.assignment() == set(tps(0, 1, 2))
+        assert ro.partition_count("t") == 3 and ro.end_offset("t", 2) == 1
+        consumer.close()
+
+
+def test_a_read_only_consumer_never_commits_a_stale_position(
+        log: embedlog.Log, log_dir: pathlib.Path) -> None:
+    log.create_topic("t", partitions=1)
+    log.append_batch("t", [b"old-%d" % i for i in range(5)], partition=0)
+    with embedlog.open(log_dir, read_only=True) as ro:
+        consumer = ro.consumer("t", group="g")
+        assert len(poll_until(consumer, 5)) == 5
+        recreate(log, partitions=1, per_partition=10)
+        consumer.commit()  # no poll since: position 5 is the old topic's
+        assert consumer.committed(TP0) is None
+        assert [r.offset for r in poll_until(consumer, 10)] == list(range(10))
+        consumer.commit()
+        assert consumer.committed(TP0) == 10
+        consumer.close()
+
+
+def test_read_only_view_forgets_a_deleted_topic(log: embedlog.Log, log_dir: pathlib.Path
+                                                 ) -> None:
+    log.create_topic("t", partitions=1)
+    with embedlog.open(log_dir, read_only=True) as ro:
+        consumer = ro.consumer()
+        consumer.assign([TP0])
+        assert consumer.poll() == []
+        log.delete_topic("t")
+        with pytest.raises(UnknownTopicError, match="t-0"):
+            consumer.poll()
+        assert ro.topics() == []
+        with pytest.raises(UnknownTopicError):
+            ro.end_offset("t", 0)
+
+
+def test_topic_ids_in_embedlog_json(log: embedlog.Log, log_dir: pathlib.Path) -> None:
+    log.create_topic("t", partitions=1)
+    first = json.loads((log_dir / "embedlog.json").read_bytes())["topics"]["t"]["id"]
+    log.delete_topic("t")
+    log.create_topic("t", partitions=1)
+    doc = json.loads((log_dir / "embedlog.json").read_bytes())
+    second = doc["topics"]["t"]["id"]
+    assert len(first) == len(second) == 32 and first != second
+    ids: dict[str, str] = {}
+    parse_metadata(json.dumps(doc).encode(), ids=ids)
+    assert ids == {"t": second}
+    del doc["topics"]["t"]["id"]  # an older embedlog's file
+    assert parse_metadata(json.dumps(doc).encode(), ids=ids) and ids == {"t": second}
+    for bad in ["", "X" * 32, 7, second.upper(), second + "0"]:
+        doc["topics"]["t"]["id"] = bad
+        with pytest.raises(CorruptCheckpointError, match="id"):
+            parse_metadata(json.dumps(doc).encode())
+
+
 # --------------------------------------------------------------------------- first on_assign
 
 
@@ -236,7 +316,9 @@ def test_a_member_is_told_only_of_partitions_it_keeps_past_its_first_poll(
                       heartbeat_interval_ms=0)
     c1.poll()
     c2.poll()
-    assert r1.calls == [("assign", tps(0, 1))] and r2.calls == [("assign", tps(2, 3))]
+    # c1 gave up half before its first poll: it is told only of the half it keeps
+    assert r1.calls == [("assign", sorted(c1.assignment()))] and len(c1.assignment()) == 2
+    assert r2.calls == [("assign", sorted(c2.assignment()))] and len(c2.assignment()) == 2
     c1.close()
     c2.close()
 

@@ -82,6 +82,8 @@ class Commits:
         were assigned (:mod:`embedlog.consumer_topics`): never committed, they would be taken
         for offsets of the topic created under the name since."""
         fetches = [self._fetches[tp] for tp in tps]
+        if not self.log.closed:
+            self.log._refresh_topics()  # a read-only open: what the writer changed since
         return {f.tp: f.position for f in fetches if f.position is not None
                 and (self.log.closed or consumer_topics.is_current(self.log, f))}
 

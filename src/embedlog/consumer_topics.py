@@ -4,7 +4,8 @@ A :class:`~embedlog.fetcher.Fetch` holds the partition object it reads. When its
 deleted (and perhaps created again under the same name, with as many partitions or more or
 fewer), the log hands out new partition objects: the fetch's one is closed and reads nothing.
 Kafka's consumer sees such changes at its next metadata refresh; embedlog's looks at every
-``poll`` (a dictionary look-up per assigned partition) and:
+``poll`` (a dictionary look-up per assigned partition; on a read-only open, after one ``lstat``
+of ``embedlog.json``, whose topic ids tell a re-created topic from the one deleted) and:
 
 * a partition that exists again (its topic re-created) is read as a new one: its position
   starts from the committed offset, else ``auto_offset_reset`` -- a re-created topic is a new
@@ -49,7 +50,9 @@ def is_current(log: ClientLog, f: Fetch) -> bool:
 
 
 def stale(log: ClientLog, fetches: Mapping[TopicPartition, Fetch]) -> list[TopicPartition]:
-    """The partitions of ``fetches`` that are gone or were replaced (see the module notes)."""
+    """The partitions of ``fetches`` that are gone or were replaced (see the module notes),
+    after taking in what the writer changed (a read-only open)."""
+    log._refresh_topics()
     return [tp for tp, f in fetches.items() if current(log, tp) is not f.p]
 
 

@@ -195,6 +195,15 @@ class LogFolder(_fork.ForkGuard):
             raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
         return topic
 
+    def _refresh_topics(self) -> None:
+        """A read-only view: follow the topics the writer created, deleted or created again
+        since (one ``lstat`` of ``embedlog.json`` when nothing changed); the writer's own
+        table is the truth."""
+        if self.read_only:
+            with self._lock:
+                self._check_open()
+                self._topics.refresh()
+
     def _partition_of(self, topic: str, partition: int) -> Partition:
         parts = self._topic(topic).partitions
         if partition.__class__ is int and 0 <= partition < len(parts):

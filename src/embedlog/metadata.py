@@ -9,9 +9,13 @@
 
 ``embedlog.json`` layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>,
 "config": {<Kafka name>: <value set explicitly or differing from the default>},
-"dense": true}}}``, replaced atomically. ``"dense"`` marks a topic embedlog created, so its
-active segments have no offset gap (:mod:`embedlog.segment.rules`); a topic found in a Kafka
-folder, or written by an older embedlog, has none and keeps Kafka's rules. A Kafka folder
+"dense": true, "id": "<32 hex digits>"}}}``, replaced atomically. ``"id"`` (Kafka's topic id,
+KIP-516; a random UUID given at creation, absent from topics created by an older embedlog)
+tells a topic from one deleted before under the same name: a read-only view that finds
+another id (or fewer partitions) opens the topic anew (:class:`embedlog.topics.TopicTable`).
+``"dense"`` marks a topic embedlog created, so its active segments have no offset gap
+(:mod:`embedlog.segment.rules`); a topic found in a Kafka folder, or written by an older
+embedlog, has none and keeps Kafka's rules. A Kafka folder
 has no ``embedlog.json``: its topics are discovered from the ``<topic>-<partition>`` folder
 names (:func:`discover_topics`). Everything read here is
 untrusted input; a bad file raises :class:`~embedlog.errors.CorruptCheckpointError`.
@@ -63,9 +67,10 @@ CLEAN_SHUTDOWN: Final = CLEAN_SHUTDOWN_FILE
 Topics = dict[str, tuple[int, TopicConfig]]
 
 
-def read_metadata(root: str, *, dense: set[str] | None = None) -> Topics | None:
+def read_metadata(root: str, *, dense: set[str] | None = None,
+                  ids: dict[str, str] | None = None) -> Topics | None:
     """``{topic: (partition count, config)}`` from ``embedlog.json``; None without the file.
-    ``dense`` receives the topics marked ``"dense"``."""
+    ``dense`` receives the topics marked ``"dense"``, ``ids`` the topics' ids."""
     path = os.path.join(root, METADATA)
     try:  # a regular file only: a FIFO would block, a symlink could point anywhere
         raw = _io.read_regular(path, _MAX_METADATA_BYTES + 1, error=CorruptCheckpointError)
@@ -73,14 +78,15 @@ def read_metadata(root: str, *, dense: set[str] | None = None) -> Topics | None:
         raise CorruptCheckpointError(f"unreadable topic metadata: {exc}", path=path) from exc
     if raw is None:
         return None
-    return parse_metadata(raw, path=path, dense=dense)
+    return parse_metadata(raw, path=path, dense=dense, ids=ids)
 
 
-def read_topics(root: str, *, dense: set[str] | None = None) -> Topics:
+def read_topics(root: str, *, dense: set[str] | None = None,
+                ids: dict[str, str] | None = None) -> Topics:
     """``{topic: (partition count, config)}`` of the log folder ``root``: ``embedlog.json``
     (:func:`read_metadata`, which fills ``dense``), or in a Kafka folder, which has none, its
     partition folders (:func:`discover_topics`)."""
-    meta = read_metadata(root, dense=dense)
+    meta = read_metadata(root, dense=dense, ids=ids)
     return discover_topics(root) if meta is None else meta
 
 
@@ -112,14 +118,16 @@ def read_root_checkpoint(root: str, name: str, max_entries: int
 
 
 def write_metadata(root: str, topics: Mapping[str, tuple[int, TopicConfig]],
-                   dense: Collection[str] = ()) -> None:
+                   dense: Collection[str] = (), ids: Mapping[str, str] | None = None) -> None:
     """Replace ``embedlog.json`` with ``topics``, atomically; the topics in ``dense`` are
-    marked ``"dense": true``."""
+    marked ``"dense": true``, those in ``ids`` get their ``"id"``."""
+    ids = ids or {}
     doc = {
         "version": 1,
         "topics": {
             name: {"partitions": count, "config": _non_default(config)}
             | ({"dense": True} if name in dense else {})
+            | ({"id": ids[name]} if name in ids else {})
             for name, (count, config) in topics.items()
         },
     }
@@ -176,15 +184,17 @@ MAX_PARTITIONS: Final = 1 << 20
 """The most partitions a topic can have (embedlog.json naming more is damage)."""
 
 
-def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | None = None
-                   ) -> dict[str, tuple[int, TopicConfig]]:
+def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | None = None,
+                   ids: dict[str, str] | None = None) -> dict[str, tuple[int, TopicConfig]]:
     """``{topic: (partition count, config)}`` from the bytes of ``embedlog.json``; ``dense``
-    (when given) receives the names of the topics marked ``"dense": true``.
+    (when given) receives the names of the topics marked ``"dense": true``, ``ids`` the ids
+    of the topics that have one.
 
     Layout: ``{"version": 1, "topics": {"<name>": {"partitions": <int>, "config": {<Kafka
-    name>: <value>}, "dense": <bool, optional>}}}``. Anything else -- bad JSON, wrong types, an
-    invalid topic name, a partition count outside ``1..2**20``, a config Kafka would reject --
-    raises :class:`~embedlog.errors.CorruptCheckpointError`.
+    name>: <value>}, "dense": <bool, optional>, "id": <32 lowercase hex digits, optional>}}}``.
+    Anything else -- bad JSON, wrong types, an invalid topic name, a partition count outside
+    ``1..2**20``, a config Kafka would reject, an id that is not one -- raises
+    :class:`~embedlog.errors.CorruptCheckpointError`.
     """
 
     def bad(msg: str) -> CorruptCheckpointError:
@@ -217,11 +227,21 @@ def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | Non
             raise bad(f"topic {name!r} has a dense flag that is not a boolean")
         if marked and dense is not None:
             dense.add(name)
+        topic_id = info.get("id")
+        if topic_id is not None and not _is_topic_id(topic_id):
+            raise bad(f"topic {name!r} has an id that is not 32 lowercase hex digits")
+        if topic_id is not None and ids is not None:
+            ids[name] = topic_id
         try:
             out[name] = (count, TopicConfig.from_kafka(config))
         except (UsageError, OverflowError) as exc:
             raise bad(f"topic {name!r}: {exc}") from None
     return out
+
+
+def _is_topic_id(value: object) -> bool:
+    return (isinstance(value, str) and len(value) == 32
+            and all(c in "0123456789abcdef" for c in value))
 
 
 def _non_default(config: TopicConfig) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,16 +54,19 @@ __all__ = ["Topic", "TopicTable"]
 class Topic:
     """A topic: its name, config and partitions. ``dense``: embedlog created it, so its
     active segments have no offset gap (``"dense"`` in ``embedlog.json``; see
-    :mod:`embedlog.segment.rules`); a topic found in a Kafka folder is not."""
+    :mod:`embedlog.segment.rules`); a topic found in a Kafka folder is not. ``id``: its topic
+    id (``"id"`` in ``embedlog.json``), ``None`` for a topic created by an older embedlog or
+    found in a Kafka folder."""
 
-    __slots__ = ("config", "dense", "name", "partitions")
+    __slots__ = ("config", "dense", "id", "name", "partitions")
 
     def __init__(self, name: str, config: TopicConfig, partitions: list[Partition],
-                 dense: bool = False):
+                 dense: bool = False, topic_id: str | None = None):
         self.name = name
         self.config = config
         self.partitions = partitions
         self.dense = dense
+        self.id = topic_id
 
 
 class TopicTable:
@@ -80,6 +84,7 @@ class TopicTable:
         self._checkpoint_lock = threading.Lock()  # one writer of the root checkpoint files
         self._start_watch = metadata.StartOffsetWatch(root)
         self.kept: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        self._loaded: tuple[int, ...] | None = None  # a read-only view's last load's stamp
         self.tiering: RemoteLogManager | None = None
         """Tiered storage (set before the load): each partition gets its ``tier``."""
         """Quarantined partitions' checkpointed (recovery point, log start), written back
@@ -102,13 +107,24 @@ class TopicTable:
 
     def load(self) -> None:
         """Add the topics ``embedlog.json`` lists (or, in a Kafka folder, its partition folders
-        show) that are not known yet; a read-only view opens their partitions at once."""
+        show) that are not known yet; a read-only view also forgets those deleted or created
+        again since (:meth:`_forget_changed`) and opens the new partitions at once."""
         dense: set[str] = set()
-        for name, (count, config) in metadata.read_topics(self.root, dense=dense).items():
-            if name in self.by_name:
+        ids: dict[str, str] = {}
+        if not self.writable:
+            self._loaded = self._stamp()
+        listed = metadata.read_topics(self.root, dense=dense, ids=ids)
+        if not self.writable:
+            self._forget_changed(listed, ids)
+        for name, (count, config) in listed.items():
+            known = self.by_name.get(name)
+            if known is not None:  # a Kafka folder's topic gained partition folders
+                known.partitions = known.partitions + [
+                    self._partition(name, i, known.config, known.dense)
+                    for i in range(len(known.partitions), count)]
                 continue
             parts = [self._partition(name, i, config, name in dense) for i in range(count)]
-            self.by_name[name] = Topic(name, config, parts, name in dense)
+            self.by_name[name] = Topic(name, config, parts, name in dense, ids.get(name))
         if not self.writable:
             starts = metadata.read_root_checkpoint(self.root, metadata.LOG_START,
                                                    metadata.partition_folder_count(self.root))
@@ -118,6 +134,33 @@ class TopicTable:
                         tp = TopicPartition(topic.name, p.partition)
                         p.load(recovery_point=None, start_offset=starts.get(tp, (0, 0))[0],
                                clean=True)
+
+    def refresh(self) -> None:
+        """A read-only view: :meth:`load` again if ``embedlog.json`` (in a Kafka folder: the
+        root folder) changed since the last load."""
+        if self._stamp() != self._loaded:
+            self.load()
+
+    def _stamp(self) -> tuple[int, ...]:
+        """What changes when the writer rewrites ``embedlog.json`` (replaced: a new inode), or
+        when there is none, when a folder is added to or removed from the root."""
+        try:
+            st = os.lstat(os.path.join(self.root, metadata.METADATA))
+        except FileNotFoundError:
+            st = os.lstat(self.root)
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _forget_changed(self, listed: metadata.Topics, ids: Mapping[str, str]) -> None:
+        """A read-only view: drop (and close) the topics that ``listed`` no longer names, or
+        names with another id or fewer partitions -- deleted, perhaps created again, by the
+        writer; :meth:`load` opens the listed ones anew."""
+        for name, topic in list(self.by_name.items()):
+            entry = listed.get(name)
+            if entry is None or ids.get(name) != topic.id or entry[0] < len(topic.partitions):
+                del self.by_name[name]
+                for p in topic.partitions:
+                    with contextlib.suppress(StorageError):
+                        p.close()
 
     def recover(self, clean: bool) -> None:
         """The writer's open: load every partition from its checkpointed recovery point and log
@@ -201,7 +244,7 @@ class TopicTable:
             _io.fsync_dir(self.root)
             for p in parts:
                 p.load(recovery_point=None, start_offset=0, clean=True)
-            self.by_name[name] = Topic(name, config, parts, dense=True)
+            self.by_name[name] = Topic(name, config, parts, True, uuid.uuid4().hex)
             self.write_metadata()
         except BaseException:
             self._undo_create(name, parts, created)
@@ -254,7 +297,8 @@ class TopicTable:
     def write_metadata(self) -> None:
         topics = list(self.by_name.values())
         metadata.write_metadata(self.root, {t.name: (len(t.partitions), t.config) for t in topics},
-                                dense={t.name for t in topics if t.dense})
+                                dense={t.name for t in topics if t.dense},
+                                ids={t.name: t.id for t in topics if t.id is not None})
 
     # ------------------------------------------------------------------ checkpoints
 
