@@ -82,10 +82,11 @@ class ClientLog(Protocol):
         """The partition (embedlog's clients only: it is not public API);
         :class:`~embedlog.errors.UnknownTopicError` if there is none."""
 
-    def _refresh_topics(self) -> None:
+    def _refresh_topics(self) -> int:
         """Take in the topics another process (the writer) created, deleted or created again
         since the last call: afterwards ``_partition_of`` gives the partitions of the topics
-        that exist now (a no-op on the writer)."""
+        that exist now (nothing to take in on the writer). A count that changes whenever the
+        topics may have (created, deleted, re-read)."""
 
     def start_offset(self, topic: str, partition: int) -> int: ...
 

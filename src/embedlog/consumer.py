@@ -55,7 +55,7 @@ from typing import Any, Final
 from . import _validate, consumer_topics
 from ._client_api import ClientLog
 from .consumer_commits import Commits
-from .errors import LogClosedError, UnknownTopicError, UsageError
+from .errors import LogClosedError, UsageError
 from .fetcher import (
     Fetch,
     Fetcher,
@@ -138,8 +138,7 @@ class Consumer(Commits):
         self.client_id = client_id
         self._auto_commit_s = auto_commit_interval_ms / 1000
         self._heartbeat_s = heartbeat_interval_ms / 1000
-        self._on_assign = on_assign
-        self._on_revoke = on_revoke
+        self._on_assign, self._on_revoke = on_assign, on_revoke
         self._group_dir = group_directory(log.path, group) if group is not None else None
         self._store = _offset_store(self._group_dir)
         self._fetcher = Fetcher(log, isolation_level=isolation_level,
@@ -151,6 +150,7 @@ class Consumer(Commits):
         self._subscription: tuple[str, ...] | None = None
         self._fetches: dict[TopicPartition, Fetch] = {}
         self._unannounced: list[TopicPartition] = []
+        self._watch = consumer_topics.TopicWatch(log)
         self._next_beat = 0.0
         self._next_lease_try = 0.0
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
@@ -211,6 +211,7 @@ class Consumer(Commits):
             self._fetches.clear()
             self._subscription = None
             self._unannounced = []
+            self._watch.seen = None
             if self._membership is not None:
                 membership, self._membership = self._membership, None
                 for tp in list(membership.leases):
@@ -282,36 +283,16 @@ class Consumer(Commits):
         """Follow the topics (:mod:`embedlog.consumer_topics`), run the group protocol, then
         (``announce``) ``on_assign`` for the partitions gained."""
         m = self._membership
-        missing = self._rebind(consumer_topics.stale(self.log, self._fetches))
-        if missing and self._subscription is None:
-            raise UnknownTopicError(
-                f"assigned partitions {', '.join(f'{t.topic}-{t.partition}' for t in missing)}"
-                f" no longer exist in {self.log.path} (their topic was deleted or shrunk)")
+        missing, wanted = self._watch.follow(self._fetches, self._iteration,
+                                             self._subscription, group=m is not None)
         if missing:
             self._revoke(missing)
         if m is None:
-            if self._subscription is not None:
-                self._add(sorted(consumer_topics.subscribed(self.log, self._subscription)))
+            self._add(wanted)
         else:
             self._rebalance(m, eager)
         if announce:
             self._announce()
-
-    def _rebind(self, gone: list[TopicPartition]) -> list[TopicPartition]:
-        """Read the partitions of ``gone`` that exist again (a re-created topic) as new ones:
-        their positions start over (committed offset, else ``auto_offset_reset``), with no
-        callback, as Kafka's consumer resets a partition whose topic id changed; the others."""
-        if not gone:
-            return []
-        self._iteration.abandon(self._fetches)
-        missing = []
-        for tp in gone:
-            p = consumer_topics.current(self.log, tp)
-            if p is None:
-                missing.append(tp)
-            else:
-                self._fetches[tp] = Fetch(tp, p)
-        return missing
 
     def _rebalance(self, m: Membership, eager: bool) -> None:
         """The group protocol: heartbeat, follow membership changes, move leases. Leases still

@@ -4,8 +4,9 @@ A :class:`~embedlog.fetcher.Fetch` holds the partition object it reads. When its
 deleted (and perhaps created again under the same name, with as many partitions or more or
 fewer), the log hands out new partition objects: the fetch's one is closed and reads nothing.
 Kafka's consumer sees such changes at its next metadata refresh; embedlog's looks at every
-``poll`` (a dictionary look-up per assigned partition; on a read-only open, after one ``lstat``
-of ``embedlog.json``, whose topic ids tell a re-created topic from the one deleted) and:
+``poll`` (:class:`TopicWatch`: on a read-only open one ``lstat`` of ``embedlog.json``, whose
+topic ids tell a re-created topic from the one deleted; a dictionary look-up per assigned
+partition only after the log's topics changed) and:
 
 * a partition that exists again (its topic re-created) is read as a new one: its position
   starts from the committed offset, else ``auto_offset_reset`` -- a re-created topic is a new
@@ -29,10 +30,51 @@ from collections.abc import Iterable, Mapping
 
 from ._client_api import ClientLog, ClientPartition
 from .errors import UnknownTopicError
-from .fetcher import Fetch
+from .fetcher import Fetch, Iteration
 from .records import TopicPartition
 
-__all__ = ["current", "is_current", "stale", "subscribed"]
+__all__ = ["TopicWatch", "current", "is_current", "stale", "subscribed"]
+
+
+class TopicWatch:
+    """A consumer's metadata refresh: what changed for its partitions since the log's topics
+    last changed (``ClientLog._refresh_topics``' change count: nothing is looked up per
+    partition while it stays the same)."""
+
+    def __init__(self, log: ClientLog) -> None:
+        self.log = log
+        self.seen: int | None = None
+        """The change count the last :meth:`follow` saw through (``None``: look now)."""
+
+    def follow(self, fetches: dict[TopicPartition, Fetch], iteration: Iteration,
+               topics: tuple[str, ...] | None, *, group: bool
+               ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Rebind the partitions of ``fetches`` that exist again under their names (read as
+        new ones: positions start over); return those that no longer exist, and those
+        ``topics`` (a subscription without a ``group``) have that ``fetches`` lack. An
+        assignment (``topics`` is ``None``) with a partition missing raises
+        :class:`~embedlog.errors.UnknownTopicError` (again at every call until it exists)."""
+        changes = self.log._refresh_topics()
+        if changes == self.seen:
+            return [], []
+        gone = stale(self.log, fetches)
+        if gone:
+            iteration.abandon(fetches)
+        missing = []
+        for tp in gone:
+            p = current(self.log, tp)
+            if p is None:
+                missing.append(tp)
+            else:
+                fetches[tp] = Fetch(tp, p)
+        if missing and topics is None:
+            raise UnknownTopicError(
+                f"assigned partitions {', '.join(f'{t.topic}-{t.partition}' for t in missing)}"
+                f" no longer exist in {self.log.path} (their topic was deleted or shrunk)")
+        self.seen = changes
+        if topics is None or group:
+            return missing, []
+        return missing, sorted(subscribed(self.log, topics) - fetches.keys())
 
 
 def current(log: ClientLog, tp: TopicPartition) -> ClientPartition | None:
@@ -50,9 +92,7 @@ def is_current(log: ClientLog, f: Fetch) -> bool:
 
 
 def stale(log: ClientLog, fetches: Mapping[TopicPartition, Fetch]) -> list[TopicPartition]:
-    """The partitions of ``fetches`` that are gone or were replaced (see the module notes),
-    after taking in what the writer changed (a read-only open)."""
-    log._refresh_topics()
+    """The partitions of ``fetches`` that are gone or were replaced (see the module notes)."""
     return [tp for tp, f in fetches.items() if current(log, tp) is not f.p]
 
 

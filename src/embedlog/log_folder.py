@@ -195,14 +195,15 @@ class LogFolder(_fork.ForkGuard):
             raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
         return topic
 
-    def _refresh_topics(self) -> None:
+    def _refresh_topics(self) -> int:
         """A read-only view: follow the topics the writer created, deleted or created again
         since (one ``lstat`` of ``embedlog.json`` when nothing changed); the writer's own
-        table is the truth."""
+        table is the truth. The topic table's change count (:attr:`TopicTable.changes`)."""
         if self.read_only:
             with self._lock:
                 self._check_open()
                 self._topics.refresh()
+        return self._topics.changes
 
     def _partition_of(self, topic: str, partition: int) -> Partition:
         parts = self._topic(topic).partitions

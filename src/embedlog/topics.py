@@ -85,6 +85,8 @@ class TopicTable:
         self._start_watch = metadata.StartOffsetWatch(root)
         self.kept: dict[TopicPartition, tuple[int | None, int | None]] = {}
         self._loaded: tuple[int, ...] | None = None  # a read-only view's last load's stamp
+        self.changes = 0
+        """Counts the changes of :attr:`by_name` (creates, deletes, a read-only view's loads)."""
         self.tiering: RemoteLogManager | None = None
         """Tiered storage (set before the load): each partition gets its ``tier``."""
         """Quarantined partitions' checkpointed (recovery point, log start), written back
@@ -113,6 +115,7 @@ class TopicTable:
         ids: dict[str, str] = {}
         if not self.writable:
             self._loaded = self._stamp()
+        self.changes += 1
         listed = metadata.read_topics(self.root, dense=dense, ids=ids)
         if not self.writable:
             self._forget_changed(listed, ids)
@@ -245,6 +248,7 @@ class TopicTable:
             for p in parts:
                 p.load(recovery_point=None, start_offset=0, clean=True)
             self.by_name[name] = Topic(name, config, parts, True, uuid.uuid4().hex)
+            self.changes += 1
             self.write_metadata()
         except BaseException:
             self._undo_create(name, parts, created)
@@ -254,6 +258,7 @@ class TopicTable:
         """Remove exactly what a failed :meth:`create` made (best effort: the first error is
         the one reported)."""
         if self.by_name.pop(name, None) is not None:
+            self.changes += 1
             with contextlib.suppress(StorageError):
                 self.write_metadata()
         for p in parts:
@@ -268,6 +273,7 @@ class TopicTable:
     def remove(self, name: str) -> Topic:
         """Drop the topic from ``embedlog.json`` (its files stay: :meth:`delete_files`)."""
         topic = self.by_name.pop(name)
+        self.changes += 1
         self.write_metadata()
         return topic
 
