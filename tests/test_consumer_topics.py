@@ -121,6 +121,20 @@ def test_a_recreated_topic_has_no_committed_offsets(log: embedlog.Log) -> None:
         assert consumer.committed(TP0) is None and consumer.position(TP0) == 10
 
 
+def test_a_damaged_offsets_file_neither_blocks_nor_loses_to_a_topic_deletion(
+        log: embedlog.Log, log_dir: pathlib.Path) -> None:
+    log.create_topic("t", partitions=1)
+    for group in ("bad", "good"):
+        with log.consumer("t", group=group) as consumer:
+            consumer.commit({TP0: 1})
+    damaged = log_dir / "__groups" / "bad" / "offsets"
+    damaged.write_bytes(b"0\n1\nt 0 not-a-number\n")
+    log.delete_topic("t")
+    log.create_topic("t", partitions=1)
+    assert damaged.read_bytes() == b"0\n1\nt 0 not-a-number\n"
+    assert log.consumer("t", group="good").committed(TP0) is None
+
+
 def test_a_stale_position_is_never_committed_to_the_new_topic(log: embedlog.Log) -> None:
     log.create_topic("t", partitions=1)
     log.append_batch("t", [b"old-%d" % i for i in range(5)], partition=0)

@@ -243,14 +243,14 @@ class Consumer(Commits):
     def generation(self) -> int | None:
         return self._membership.state.generation if self._membership is not None else None
 
-    def _add(self, tps: Iterable[TopicPartition], *, announce: bool = True) -> None:
+    def _add(self, tps: Iterable[TopicPartition]) -> None:
         """Read ``tps`` too; ``on_assign`` runs for them at the next :meth:`_announce` (a
         subscription's: an assigned consumer has no callbacks)."""
         self._iteration.abandon(self._fetches)
         for tp in tps:
             if tp not in self._fetches:
                 self._fetches[tp] = Fetch(tp, self.log._partition_of(tp.topic, tp.partition))
-                if announce and self._subscription is not None:
+                if self._subscription is not None:
                     self._unannounced.append(tp)
 
     def _announce(self) -> set[TopicPartition]:

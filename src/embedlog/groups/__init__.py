@@ -20,11 +20,12 @@ way must be real folders, never symbolic links.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from .. import _paths
 from .._platform import FileLock
-from ..errors import InvalidConfigError
+from ..errors import CorruptCheckpointError, InvalidConfigError
 from ..naming import GROUP_LOCK_FILE, GROUPS_DIR
 from .assignors import ASSIGNORS, range_assign, round_robin_assign
 from .membership import GroupState, Membership, live_members
@@ -61,7 +62,9 @@ def forget_topic(log_path: str, topic: str) -> None:
     again under the name is a new one, its consumers start by ``auto_offset_reset``."""
     for group in group_names(log_path):
         directory = group_directory(log_path, group, create=False)
-        OffsetStore(directory, os.path.join(directory, GROUP_LOCK_FILE)).forget(topic)
+        # a damaged offsets file is left as it is: its readers refuse it
+        with contextlib.suppress(CorruptCheckpointError):
+            OffsetStore(directory, os.path.join(directory, GROUP_LOCK_FILE)).forget(topic)
 
 
 def group_names(log_path: str) -> list[str]:
