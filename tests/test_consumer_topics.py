@@ -375,3 +375,26 @@ async def test_async_assigned_consumer_of_a_deleted_partition_gets_an_error(
         log.append_batch("t", [b"new-0-0", b"new-0-1"], partition=0)
         got = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
         assert [r.value for r in got[TP0]] == [b"new-0-0", b"new-0-1"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_async_consumer_drops_records_it_stashed_from_a_deleted_topic(
+        log: embedlog.Log) -> None:
+    log.create_topic("t", partitions=1)
+    log.append_batch("t", [b"old-%d" % i for i in range(5)], partition=0)
+    async with AsyncConsumer(log, "t", group="g", enable_auto_commit=True) as consumer:
+        got = await consumer.getmany(timeout_ms=1000, max_records=2)  # 3 more stay stashed
+        assert [r.value for r in got[TP0]] == [b"old-0", b"old-1"]
+        made = recreate(log, partitions=1, per_partition=10)
+        await consumer.commit()  # the new partition's position, not the stash's old offset 2
+        assert await consumer.committed(TP0) == 0
+        seen: list[bytes] = []
+        for _ in range(50):
+            for records in (await consumer.getmany(timeout_ms=100)).values():
+                seen += [r.value for r in records]
+            if len(seen) >= 10:
+                break
+        assert {(0, v) for v in seen} == made and len(seen) == 10
+    with log.consumer("t", group="g") as sync:
+        assert sync.committed(TP0) == 10  # stop's final commit

@@ -101,6 +101,9 @@ class Consumer(Commits):
         client_id: prefix of the member id.
     """
 
+    _on_rebind: Callback | None = None
+    """Told of the partitions read anew (their topic created again): the asyncio consumer's."""
+
     def __init__(
         self,
         log: ClientLog,
@@ -285,6 +288,7 @@ class Consumer(Commits):
         m = self._membership
         missing, wanted = self._watch.follow(self._fetches, self._iteration,
                                              self._subscription, group=m is not None)
+        self._rebound(self._watch.rebound)
         if missing:
             self._revoke(missing)
         if m is None:
@@ -293,6 +297,17 @@ class Consumer(Commits):
             self._rebalance(m, eager)
         if announce:
             self._announce()
+
+    def _rebind_recreated(self) -> None:
+        """Read anew the partitions whose topic was created again since the last poll (the
+        asyncio consumer's, before it counts its stashed records in a commit)."""
+        if not self._closed and not self.log.closed:
+            self.log._refresh_topics()
+            self._rebound(consumer_topics.rebind(self.log, self._fetches, self._iteration)[1])
+
+    def _rebound(self, tps: list[TopicPartition]) -> None:
+        if tps and self._on_rebind is not None:
+            self._on_rebind(tps)
 
     def _rebalance(self, m: Membership, eager: bool) -> None:
         """The group protocol: heartbeat, follow membership changes, move leases. Leases still

@@ -33,7 +33,7 @@ from .errors import UnknownTopicError
 from .fetcher import Fetch, Iteration
 from .records import TopicPartition
 
-__all__ = ["TopicWatch", "current", "is_current", "stale", "subscribed"]
+__all__ = ["TopicWatch", "current", "is_current", "rebind", "stale", "subscribed"]
 
 
 class TopicWatch:
@@ -45,6 +45,8 @@ class TopicWatch:
         self.log = log
         self.seen: int | None = None
         """The change count the last :meth:`follow` saw through (``None``: look now)."""
+        self.rebound: list[TopicPartition] = []
+        """The partitions the last :meth:`follow` read anew."""
 
     def follow(self, fetches: dict[TopicPartition, Fetch], iteration: Iteration,
                topics: tuple[str, ...] | None, *, group: bool
@@ -55,18 +57,10 @@ class TopicWatch:
         assignment (``topics`` is ``None``) with a partition missing raises
         :class:`~embedlog.errors.UnknownTopicError` (again at every call until it exists)."""
         changes = self.log._refresh_topics()
+        self.rebound = []
         if changes == self.seen:
             return [], []
-        gone = stale(self.log, fetches)
-        if gone:
-            iteration.abandon(fetches)
-        missing = []
-        for tp in gone:
-            p = current(self.log, tp)
-            if p is None:
-                missing.append(tp)
-            else:
-                fetches[tp] = Fetch(tp, p)
+        missing, self.rebound = rebind(self.log, fetches, iteration)
         if missing and topics is None:
             raise UnknownTopicError(
                 f"assigned partitions {', '.join(f'{t.topic}-{t.partition}' for t in missing)}"
@@ -75,6 +69,24 @@ class TopicWatch:
         if topics is None or group:
             return missing, []
         return missing, sorted(subscribed(self.log, topics) - fetches.keys())
+
+
+def rebind(log: ClientLog, fetches: dict[TopicPartition, Fetch], iteration: Iteration
+           ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+    """Read the partitions of ``fetches`` that exist again under their names as new ones
+    (positions start over); those that no longer exist, and those read anew."""
+    gone = stale(log, fetches)
+    if gone:
+        iteration.abandon(fetches)
+    missing, rebound = [], []
+    for tp in gone:
+        p = current(log, tp)
+        if p is None:
+            missing.append(tp)
+        else:
+            fetches[tp] = Fetch(tp, p)
+            rebound.append(tp)
+    return missing, rebound
 
 
 def current(log: ClientLog, tp: TopicPartition) -> ClientPartition | None:

@@ -20,7 +20,8 @@ are *stashed* (``getmany(max_records=...)`` takes part of a fetch; a cancelled `
 leaves its fetch there). Positions and commits count only records handed out: the position of a
 partition is its first stashed offset, else the sync consumer's. So cancelling a task at any
 point loses no record and never commits one that was not handed out. ``seek`` drops that
-partition's stash, and a fetch in flight at the time is discarded for it.
+partition's stash, and a fetch in flight at the time is discarded for it; so does a partition
+read anew because its topic was created again (by the worker's poll, or before a commit).
 
 **Groups.** ``group=`` plus topics (or :meth:`subscribe`) shares partitions with the group's other
 members -- in this loop, other threads or other processes. The group protocol runs inside
@@ -40,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import inspect
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -52,6 +52,7 @@ from .._wake import Armed
 from ..consumer import Consumer
 from ..errors import LogClosedError, UsageError
 from ..records import Record, TopicPartition
+from ._plumbing import Settled, maybe_await
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -129,9 +130,11 @@ class AsyncConsumer:
                 raise
 
     def _open(self) -> Consumer:
-        return Consumer(self.log, on_assign=self._bridge(self._assigned),
+        sync = Consumer(self.log, on_assign=self._bridge(self._assigned),
                         on_revoke=self._bridge(self._revoked), enable_auto_commit=False,
                         **self._options)
+        sync._on_rebind = self._bridge(self._rebound)
+        return sync
 
     async def stop(self) -> None:
         """Commit (with auto commit), leave the group, close (see the module notes)."""
@@ -150,6 +153,7 @@ class AsyncConsumer:
             try:
                 if self._auto_commit:  # if possible: a refusal is logged (as Consumer.close)
                     self._auto_commit = False  # so close's revokes commit nothing more
+                    await self._call(sync._rebind_recreated)  # before the stash counts
                     await self._call(sync._final_commit, self._first_stashed())
             finally:
                 await self._call(sync.close)
@@ -321,14 +325,16 @@ class AsyncConsumer:
         self._stash = kept
         return out
 
-    def _drop(self, tps: Iterable[TopicPartition] | None) -> None:
-        """Forget stashed records (of ``tps``, or all) and discard fetches in flight for them."""
+    def _drop(self, tps: Iterable[TopicPartition] | None, *, inflight: bool = True) -> None:
+        """Forget stashed records (of ``tps``, or all) and (``inflight``) discard fetches in
+        flight for them."""
         if tps is None:
             self._epoch_all += 1
             self._stash.clear()
             return
         dropped = {_validate.topic_partition(tp) for tp in tps}  # checked before any change
-        self._epochs.update({tp: self._epochs.get(tp, 0) + 1 for tp in dropped})
+        if inflight:
+            self._epochs.update({tp: self._epochs.get(tp, 0) + 1 for tp in dropped})
         self._stash = deque(r for r in self._stash
                             if TopicPartition(r.topic, r.partition) not in dropped)
 
@@ -365,6 +371,8 @@ class AsyncConsumer:
 
     async def _commit_handed(self) -> None:
         sync = self._started()
+        if _IN_CALLBACK.get() is not self:  # (a callback's poll followed the topics already)
+            await self._call(sync._rebind_recreated)  # before the stash counts
         first = self._first_stashed()
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
 
@@ -422,7 +430,7 @@ class AsyncConsumer:
         """The fetch lock -- except inside a rebalance callback, whose fetch holds it."""
         if _IN_CALLBACK.get() is self:
             return contextlib.nullcontext()
-        return _Settled(self)
+        return Settled(self)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the worker thread -- or, inside a rebalance callback (the worker is
@@ -457,13 +465,19 @@ class AsyncConsumer:
 
     async def _assigned(self, tps: list[TopicPartition]) -> None:
         self._assigned_now = self._assigned_now | frozenset(tps)
-        await _maybe_await(self._on_assign, tps)
+        await maybe_await(self._on_assign, tps)
+
+    async def _rebound(self, tps: list[TopicPartition]) -> None:
+        """Partitions of a topic created again, read anew by the worker (a fetch in flight
+        reads the new topic): the records stashed from the old one go, never handed out nor
+        counted in a position or commit."""
+        self._drop(tps, inflight=False)
 
     async def _revoked(self, tps: list[TopicPartition]) -> None:
         try:
             if self._auto_commit and ((m := self._started()._membership) is None or m.in_group):
                 await self._commit_handed()
-            await _maybe_await(self._on_revoke, tps)
+            await maybe_await(self._on_revoke, tps)
         finally:
             self._drop(tps)
             self._assigned_now = self._assigned_now - frozenset(tps)
@@ -471,30 +485,4 @@ class AsyncConsumer:
     def __repr__(self) -> str:
         group = f" group={self.group!r}" if self.group else ""
         return f"<embedlog.aio.AsyncConsumer {self.log.path!r}{group}>"
-
-
-async def _maybe_await(fn: Callable[[list[TopicPartition]], Any] | None,
-                       tps: list[TopicPartition]) -> None:
-    if fn is not None:
-        result = fn(sorted(tps))
-        if inspect.isawaitable(result):
-            await result
-
-
-class _Settled:
-    """``async with``: hold the fetch lock with no fetch of a cancelled caller in flight."""
-
-    def __init__(self, consumer: AsyncConsumer) -> None:
-        self.consumer = consumer
-
-    async def __aenter__(self) -> None:
-        await self.consumer._lock.acquire()
-        try:
-            await self.consumer._settle()
-        except BaseException:
-            self.consumer._lock.release()
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.consumer._lock.release()
 
