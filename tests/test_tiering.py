@@ -313,8 +313,7 @@ def test_deleting_a_tiered_topic_deletes_its_remote_segments(tmp_path: Path) -> 
     log.upkeep.run_once("tiering")
     assert any(name.endswith(".log") for name in remote_objects(remote))
     log.delete_topic(TOPIC)
-    assert not any(name.endswith(".log") for name in remote_objects(remote))
-    assert manifest(remote)["segments"] == []
+    assert not any(name.startswith(f"{TOPIC}-0/") for name in remote_objects(remote))
     log.close()
 
 

@@ -244,13 +244,13 @@ def test_explorer_finds_a_manifest_published_before_its_files(
     leaves a published segment whose files are missing, and the explorer says so."""
     real = upload_mod._publish
 
-    def broken(p: Any, tier: Any, seg: Any, nxt: int) -> None:
+    def broken(p: Any, tier: Any, seg: Any, nxt: int) -> bool:
         files = {k: (0, 0) for k in ("txnindex", "index", "timeindex", "log")}
         m = tier.manifest
         early = Manifest(m.log_start, (*m.segments, Published(seg.base_offset, nxt,
                                                                seg.max_timestamp, files)))
         tier.store.put_bytes((tier.name, "embedlog.remote-manifest"), encode(early))
-        real(p, tier, seg, nxt)
+        return bool(real(p, tier, seg, nxt))
 
     monkeypatch.setattr(upload_mod, "_publish", broken)
     trace = _record(monkeypatch)

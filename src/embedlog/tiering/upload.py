@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from .. import _io
 from ..config import LONG_MAX
 from ..manifest import write_manifest
-from ..naming import segment_path
+from ..naming import REMOTE_MANIFEST, segment_path
 from ..partition import Partition
 from ..retention import expired
 from ..segment.segment import Segment
@@ -77,12 +77,12 @@ def upload(p: Partition) -> int:
             log.warning("%s: segment %d does not follow the published ones (%d); "
                         "not uploaded", p.directory, seg.base_offset, published[-1].next)
             return count
-        _publish(p, tier, seg, nxt)
-        count += 1
+        count += _publish(p, tier, seg, nxt)
     return count
 
 
-def _publish(p: Partition, tier: Tier, seg: Segment, nxt: int) -> None:
+def _publish(p: Partition, tier: Tier, seg: Segment, nxt: int) -> bool:
+    """Upload ``seg`` (``[base, nxt)``) and publish it; False when it was not published."""
     files: dict[str, tuple[int, int]] = {}
     for key in ("txnindex", "index", "timeindex", "log"):
         local = segment_path(p.directory, seg.base_offset, FILES[key])
@@ -97,8 +97,9 @@ def _publish(p: Partition, tier: Tier, seg: Segment, nxt: int) -> None:
         m = tier.manifest
         start = max(m.log_start, p.start_offset)
         if (m.segments and m.segments[-1].next != seg.base_offset) or nxt <= start:
-            return  # published meanwhile, or already below the log start: left as garbage
+            return False  # published meanwhile, or below the log start: left as garbage
         tier.publish(Manifest(start, (*m.segments, entry)))
+        return True
 
 
 def expire_local(p: Partition, now: int) -> int:
@@ -195,7 +196,11 @@ def enforce_retention(p: Partition, now: int) -> int:
 def drop_below(p: Partition, start: int | None) -> int:
     """Unpublish the remote segments wholly below ``start`` (``None``: all of them, the topic
     is being deleted) -- the manifest first --, then delete their objects; returns how many
-    went. Called without the partition's lock."""
+    went. Called without the partition's lock.
+
+    A deleted topic's manifest is published empty with log start 0 and then deleted too, as
+    Kafka deletes a topic's remote metadata: a topic created again under the name starts
+    afresh (a crash before the deletion leaves that empty manifest, which is the same)."""
     tier = tier_of(p)
     if tier is None or not tier.writable or (
             not p.config.remote_storage_enable and not tier.manifest.segments):
@@ -206,12 +211,14 @@ def drop_below(p: Partition, start: int | None) -> int:
         m = tier.manifest
         limit = LONG_MAX if start is None else start
         gone = [e for e in m.segments if e.next <= limit]
-        if not gone and m.log_start >= limit:
+        if start is not None and not gone and m.log_start >= limit:
             return 0
-        tier.publish(Manifest(m.log_start if start is None else max(m.log_start, start),
+        tier.publish(Manifest(0 if start is None else max(m.log_start, start),
                               tuple(e for e in m.segments if e.next > limit)))
         for entry in gone:
             tier.evict(entry.base)
             for key in FILES:
                 tier.store.delete(tier.remote_names(entry.base, key))
+        if start is None:
+            tier.store.delete((tier.name, REMOTE_MANIFEST))
         return len(gone)
