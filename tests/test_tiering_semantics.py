@@ -1,5 +1,6 @@
 """Tiered storage as a user sees it over a topic's life: a deleted topic leaves nothing on
-the remote that a topic recreated under its name would inherit."""
+the remote that a topic recreated under its name would inherit, and Kafka's rules for
+changing ``remote.storage.enable``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import embedlog
+from embedlog import InvalidConfigError
 from tiering_helpers import (
     SMALL_SEGMENTS,
     TOPIC,
@@ -54,3 +56,25 @@ def test_a_topic_recreated_after_deletion_tiers_from_its_first_segment(tmp_path:
         assert [r.value for r in again.read(TOPIC, 0, 0)] == values
 
 
+
+def test_remote_storage_cannot_be_turned_off_once_on(tmp_path: Path) -> None:
+    """As in Kafka, ``remote.storage.enable`` stays on once set (turning it off would leave
+    remote segments that a compacted topic's cleaner never touches); turning it on is fine,
+    and so is every other change of a tiered topic."""
+    remote = file_uri(tmp_path / "remote")
+    log = open_tiered(tmp_path / "log", remote, CONFIG)
+    fill(log, 80)
+    log.upkeep.run_once("tiering")
+    for change in ({"remote.storage.enable": False}, {"remote.storage.enable": None},
+                   {"remote.storage.enable": False, "cleanup.policy": "compact"}):
+        with pytest.raises(InvalidConfigError, match=r"remote\.storage\.enable"):
+            log.alter_topic(TOPIC, change)
+        assert log.topic_config(TOPIC).remote_storage_enable
+    assert log.alter_topic(TOPIC, {"retention.ms": 10**9}).remote_storage_enable
+    log.create_topic("plain", config={"segment.bytes": 1024})
+    assert log.alter_topic("plain", {"remote.storage.enable": True}).remote_storage_enable
+    log.close()
+    with embedlog.open(tmp_path / "log", remote_uri=remote, upkeep=False) as again:
+        with pytest.raises(InvalidConfigError):
+            again.alter_topic(TOPIC, {"remote.storage.enable": False})
+        assert again.upkeep.run_once("tiering").error is None

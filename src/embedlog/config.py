@@ -131,10 +131,16 @@ class TopicConfig:
             return min(self.segment_ms, self.max_compaction_lag_ms)
         return self.segment_ms
 
-    def check_change(self) -> None:
-        """Kafka's ``LogConfig.validateValues``, run when a topic is created or altered (a
-        config already stored is loaded as it is): ``min.compaction.lag.ms`` must not exceed
-        ``max.compaction.lag.ms``."""
+    def check_change(self, before: TopicConfig | None = None) -> None:
+        """Kafka's ``LogConfig.validateValues``, run when a topic is created or altered from
+        ``before`` (a config already stored is loaded as it is): ``min.compaction.lag.ms``
+        must not exceed ``max.compaction.lag.ms``, and ``remote.storage.enable`` once on
+        stays on (Kafka: "disabling remote storage ... is not supported" without deleting the
+        remote data; here the topic is deleted for that)."""
+        if before is not None and before.remote_storage_enable and not self.remote_storage_enable:
+            raise InvalidConfigError(
+                "remote.storage.enable cannot be turned off once on: the remote holds segments "
+                "of the topic (delete the topic to remove them)")
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise InvalidConfigError(
                 f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) must be <= "

@@ -293,7 +293,7 @@ class TopicTable:
     def alter(self, topic: Topic, config: Mapping[str, Any]) -> TopicConfig:
         """Merge ``config`` (Kafka names) into the topic's settings and persist them."""
         merged = topic.config.merged(config)
-        merged.check_change()
+        merged.check_change(topic.config)
         topic.config = merged
         for p in topic.partitions:
             p.config = topic.config
