@@ -12,6 +12,7 @@ import embedlog
 from embedlog import InvalidConfigError
 from tiering_helpers import (
     SMALL_SEGMENTS,
+    T0,
     TOPIC,
     check_published_complete,
     file_uri,
@@ -78,3 +79,36 @@ def test_remote_storage_cannot_be_turned_off_once_on(tmp_path: Path) -> None:
         with pytest.raises(InvalidConfigError):
             again.alter_topic(TOPIC, {"remote.storage.enable": False})
         assert again.upkeep.run_once("tiering").error is None
+
+
+def test_a_remote_that_fails_a_topic_deletion_leaves_the_topic_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiered topic's remote data is deleted before the topic leaves the topic table: a
+    remote that refuses leaves the topic listed and readable, and deleting it again finishes
+    the work (the topic was no longer listed, its folder and remote data left behind)."""
+    from embedlog.tiering import store
+
+    remote = file_uri(tmp_path / "remote")
+    log = open_tiered(tmp_path / "log", remote, CONFIG)
+    values = fill(log, 80)
+    log.upkeep.run_once("tiering")
+
+    def refuse(self: object, names: tuple[str, ...], *args: object) -> None:
+        raise embedlog.StorageError(5, "remote put failed: unreachable", "/".join(names))
+
+    monkeypatch.setattr(store.RemoteStore, "_put", refuse)
+    with pytest.raises(embedlog.StorageError, match="unreachable"):
+        log.delete_topic(TOPIC)
+    assert log.topics() == [TOPIC]
+    assert [r.value for r in log.read(TOPIC, 0, 0)] == values
+    monkeypatch.undo()
+    log.delete_records(TOPIC, 0, 10)
+    listed = [log._partition_of(TOPIC, 0)]  # what a round that listed before the deletion has
+    log.delete_topic(TOPIC)
+    assert log.topics() == [] and not (tmp_path / "log" / f"{TOPIC}-0").exists()
+    assert log.upkeep.tier_round is not None
+    assert log.upkeep.tier_round(listed, T0) == (0, {})  # it uploads nothing again
+    assert [n for n in remote_objects(remote) if n.startswith(f"{TOPIC}-0/")] == []
+    log.create_topic(TOPIC, partitions=1, config=CONFIG)
+    assert log.end_offset(TOPIC, 0) == 0
+    log.close()

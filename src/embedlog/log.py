@@ -18,6 +18,7 @@ partition's lock; reads run concurrently. It is not usable across ``fork()``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence, Sized
@@ -117,14 +118,13 @@ class Log(TransactionAdmin):
             self._topics.create(name, partitions, cfg)
 
     def delete_topic(self, name: str) -> None:
-        """Remove a topic and all its files (a tiered topic's remote segments too)."""
-        with self._lock:
+        """Remove a topic, its files; its remote data first, with no tiering round running."""
+        with self._lock, self._tiering.paused() if self._tiering else contextlib.nullcontext():
             self._check_writer()
-            self._topic(name)
+            for p in self._topic(name).partitions:
+                drop_below(p, None)
             topic = self._topics.remove(name)
             self._compaction().forget(name, topic.partitions)
-            for p in topic.partitions:
-                drop_below(p, None)
             self._topics.delete_files(topic)
 
     def alter_topic(self, name: str, config: Mapping[str, Any]) -> TopicConfig:

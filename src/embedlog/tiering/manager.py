@@ -117,13 +117,18 @@ class RemoteLogManager:
         uploaded, deleted = 0, {}
         with self._round:
             self._send_metadata()
-            for p in partitions:
-                if tier_of(p) is not None and p.config.remote_storage_enable:
+            for p in partitions:  # no segments: closed, its topic deleted since the listing
+                if tier_of(p) is not None and p.config.remote_storage_enable and p.segments:
                     uploaded += upload(p)
                     count = expire_local(p, now)
                     if count:
                         deleted[f"{p.topic}-{p.partition}"] = count
         return uploaded, deleted
+
+    def paused(self) -> threading.Lock:
+        """Held: no tiering round runs (a topic's remote data is being deleted, then the topic:
+        a round must not upload its segments again in between)."""
+        return self._round
 
     def _send_metadata(self) -> None:
         raw = _io.read_regular(os.path.join(self.root, METADATA_FILE), _MAX_METADATA,
