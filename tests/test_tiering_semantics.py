@@ -4,6 +4,8 @@ changing ``remote.storage.enable``."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from tiering_helpers import (
     manifest,
     open_tiered,
     remote_objects,
+    s3_uri,
 )
 
 pytest.importorskip("pyarrow.fs", reason="tiered storage needs pyarrow")
@@ -28,13 +31,30 @@ pytest.importorskip("pyarrow.fs", reason="tiered storage needs pyarrow")
 CONFIG = {**SMALL_SEGMENTS, "local.retention.bytes": 1024}
 
 
-def test_a_topic_recreated_after_deletion_tiers_from_its_first_segment(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _remote(tmp_path: Path, kind: str) -> Iterator[str]:
+    """A fresh remote: a ``file://`` folder, or a prefix on moto's S3 server."""
+    if kind == "file":
+        yield file_uri(tmp_path / "remote")
+        return
+    from s3_endpoint import moto_s3
+
+    with moto_s3() as endpoint:
+        yield s3_uri(endpoint)
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_a_topic_recreated_after_deletion_tiers_from_its_first_segment(tmp_path: Path,
+                                                                       kind: str) -> None:
     """Deleting a tiered topic removes its remote segments and its remote manifest (Kafka
     deletes a topic's remote data and metadata): a topic created again under the name
     uploads its own segments from offset 0 and its local retention frees them, whatever log
     start the deleted one had reached."""
-    remote = file_uri(tmp_path / "remote")
-    local = tmp_path / "log"
+    with _remote(tmp_path, kind) as remote:
+        _recreate(tmp_path / "log", remote)
+
+
+def _recreate(local: Path, remote: str) -> None:
     log = open_tiered(local, remote, CONFIG)
     fill(log, 150)
     log.upkeep.run_once("tiering")
