@@ -66,17 +66,18 @@ def both_cores(compiled: Any, fn: Callable[[], Any]) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def txn_ops(max_size: int) -> Any:
-    """Hypothesis lists of the operations :func:`run_txn_ops` plays."""
+def txn_ops(max_size: int, *, records: int = 30, compact: bool = True) -> Any:
+    """Hypothesis lists of the operations :func:`run_txn_ops` plays (sends and plain appends
+    of up to ``records`` records; ``compact`` ones only with ``compact``)."""
     from hypothesis import strategies as st
 
     return st.lists(st.one_of(
-        st.tuples(st.just("send"), st.sampled_from("ab"), st.integers(1, 30)),
+        st.tuples(st.just("send"), st.sampled_from("ab"), st.integers(1, records)),
         st.tuples(st.just("commit"), st.sampled_from("ab")),
         st.tuples(st.just("abort"), st.sampled_from("ab")),
-        st.tuples(st.just("plain"), st.integers(1, 30)),
+        st.tuples(st.just("plain"), st.integers(1, records)),
         st.tuples(st.just("delete"), st.floats(0, 1)),
-        st.tuples(st.just("compact")),
+        st.tuples(st.just("compact" if compact else "roll")),
         st.tuples(st.just("roll")),
     ), max_size=max_size)  # fmt: skip
 

@@ -317,9 +317,12 @@ class Fetcher:
         without those of aborted transactions (:class:`~embedlog.transactions.CommittedFilter`,
         given the ``.txnindex`` ranges where every segment read has one); ``f.fetched`` moves
         to the last stable offset (or past the last batch when every transaction there is
-        decided)."""
+        decided). Nothing at or past the partition's last stable offset is handed out, even
+        where the batches read decide it: a transaction whose first batches were deleted holds
+        it at the log start."""
         kept: list[Columns] = []
         last = end
+        limit = self.log.last_stable_offset(*f.tp)
         try:
             committed = CommittedFilter[tuple[fmt.BatchHeader, fmt.DecodedRecords]](
                 f.p.aborted_txns(f.fetched, end))
@@ -330,12 +333,13 @@ class Fetcher:
                 else:
                     done = committed.add(header, None, (header, records),
                                          int(records.offsets[0]))
-                kept += (self.columns(h, r) for h, r in done)
+                kept += (self.columns(h, r) for h, r in done if len(r) and r.offsets[0] < limit)
         except OffsetOutOfRangeError:
             self.reset(f, f"position {f.fetched} is below the log start")
             return False
         stable = committed.stable
-        f.fetched = max(f.fetched, last if stable is None else stable)
+        stable = min(limit, last if stable is None else stable)
+        f.fetched = max(f.fetched, stable)
         f.cols, f.i, f.stop = concat(kept), 0, end
         return f.cols.n > 0
 

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _validate, partition_read
+from . import _validate, partition_read, producer_state_store
 from ._batch import record_batch
 from ._client_api import Durability
 from .batch_writer import choose_codec, spread, write_records, write_unchecked
@@ -459,8 +459,8 @@ class Log(TransactionAdmin):
         """Where ``read_committed`` readers stop: the first offset of the oldest transaction
         without a marker (at least the log start, as in Kafka), else the end offset."""
         p = self._partition_of(topic, partition)
-        with p.lock:
-            return max(p.start_offset, p.stable.get(p.segments, p.end_offset))
+        p.refresh()
+        return producer_state_store.last_stable_offset(p)
 
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         """A :class:`~embedlog.consumer.Consumer` of this log, subscribed to ``topics``

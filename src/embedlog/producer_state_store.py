@@ -24,12 +24,18 @@ A snapshot named ``N`` holds the state of every batch below offset ``N``. Rules:
   are deleted, and all but the newest :data:`KEEP_SNAPSHOTS` of the rest.
 
 A read-only open never writes, prunes nor loads a snapshot.
+
+:func:`last_stable_offset` is a partition's last stable offset: its incremental
+:class:`~embedlog.transactions.StableOffset`, told by the writer's producer state where an open
+transaction began when its first batches were deleted (a read-only view, without that state,
+stops at the log start for such a transaction).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Final, Protocol
 
@@ -45,12 +51,14 @@ from .producer_snapshot import (
 )
 from .producer_state import ProducerStateTable
 from .segment.segment import Segment
+from .transactions import StableOffset
 
 __all__ = [
     "KEEP_SNAPSHOTS",
     "MAX_SNAPSHOT_BYTES",
     "StateOwner",
     "from_snapshots",
+    "last_stable_offset",
     "load_state",
     "prune",
     "read_snapshot",
@@ -77,6 +85,30 @@ class StateOwner(Protocol):
 
     @property
     def end_offset(self) -> int: ...
+
+
+class StableOwner(Protocol):
+    """What :func:`last_stable_offset` needs of a partition."""
+
+    segments: list[Segment]
+    start_offset: int
+    writable: bool
+    stable: StableOffset
+    lock: threading.RLock
+
+    @property
+    def end_offset(self) -> int: ...
+
+    def producer_states(self) -> ProducerStateTable: ...
+
+
+def last_stable_offset(p: StableOwner) -> int:
+    """``p``'s last stable offset (under its lock): where ``read_committed`` readers, the
+    cleaner and tiering stop; at least the log start, and the log start while a transaction
+    whose first batches were deleted is open (see :mod:`embedlog.transactions`)."""
+    known = (lambda: p.producer_states().txns.open) if p.writable else None
+    with p.lock:
+        return p.stable.get(p.segments, p.end_offset, p.start_offset, known)
 
 
 def snapshot_offsets(directory: str, names: Sequence[str] | None = None) -> list[int]:

@@ -14,7 +14,14 @@ producers interleave freely. Terms used here and by the readers above:
   transactional and its producer id has an aborted range that holds its last offset;
 * the **last stable offset** of a range of batches is the first offset of its oldest open
   transaction (``None`` when none is open): a ``read_committed`` reader hands out nothing at or
-  past it, and the cleaner cleans nothing past it.
+  past it, and the cleaner cleans nothing past it. A partition's is never below its log start,
+  and a transaction whose first batches were deleted (``delete_records``, retention) is still
+  open: its later batches are transactional and have no marker after them. Kafka keeps such a
+  transaction in its producer state, so the last stable offset stays at the log start until
+  the marker. Read from the segments alone, an open transaction of a producer with no marker
+  in them may have begun below the first segment, once segments were deleted (the first one's
+  base is above 0): :class:`StableOffset` then stops at the log start, unless the writer's
+  producer state tells where the transaction began.
 
 Kafka's rules are followed where they decide an odd case: batches without a producer id
 (``producer_id < 0``) take no part in transactions, and a control batch ends its producer's
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -118,14 +125,16 @@ class TxnTracker:
     the aborted ranges completed so far, in marker order, and ``entries`` the same as
     ``.txnindex`` entries: each with the last stable offset right after its marker (the first
     offset of the oldest transaction of another producer still open, else the marker's offset
-    + 1: Kafka's ``ProducerStateManager.lastStableOffset``).
+    + 1: Kafka's ``ProducerStateManager.lastStableOffset``). ``marked`` holds the producer ids
+    of the markers fed (an open transaction of one of them began where ``open`` says).
     """
 
-    __slots__ = ("_keep", "aborted", "entries", "open")
+    __slots__ = ("_keep", "aborted", "entries", "marked", "open")
 
     def __init__(self, *, keep: bool = True) -> None:
         """``keep=False``: follow open transactions only (a writer's state: no history)."""
         self.open: dict[int, int] = {}
+        self.marked: set[int] = set()
         self.aborted: list[AbortedTxn] = []
         self.entries: list[TxnIndexEntry] = []
         self._keep = keep
@@ -144,6 +153,7 @@ class TxnTracker:
         pid = header.producer_id
         if pid < 0:
             return None
+        self.marked.add(pid)
         first = self.open.pop(pid, None)
         if kind != fmt.CONTROL_ABORT:
             return None
@@ -165,6 +175,24 @@ class TxnTracker:
     def last_stable_offset(self) -> int | None:
         """First offset of the oldest open transaction; ``None`` when none is open."""
         return min(self.open.values()) if self.open else None
+
+    def stable_from(self, start: int, headless: bool,
+                    began: Callable[[], Mapping[int, int]] | None = None) -> int | None:
+        """The last stable offset of a partition whose log start is ``start``, fed from its
+        first segment (``None`` when nothing is open). With ``headless`` (segments below the
+        first were deleted), a transaction may have begun below: ``began()`` (the writer's
+        producer state: producer id to the first offset of its open transaction, even one
+        with no batch left) tells; without it, a transaction of a producer without a marker
+        fed counts from ``start``."""
+        firsts = self.open
+        if headless and began is not None:
+            known = began()
+            firsts = {pid: min(firsts.get(pid, first), first) for pid, first in known.items()}
+            firsts.update((pid, first) for pid, first in self.open.items() if pid not in known)
+        elif headless and not self.marked.issuperset(firsts):
+            firsts = {pid: first if pid in self.marked else start
+                      for pid, first in firsts.items()}
+        return max(start, min(firsts.values())) if firsts else None
 
 
 def iter_headers(seg: Segment, position: int = 0) -> Iterator[tuple[int, fmt.BatchHeader]]:
@@ -223,7 +251,8 @@ def last_stable_offset(segments: Sequence[Segment], end: int) -> int:
 class StableOffset:
     """One partition's last stable offset, kept up to date by reading only the batch headers
     appended since the previous call (Kafka keeps it in its producer state); the answer is
-    always :func:`last_stable_offset`'s.
+    always :func:`last_stable_offset`'s, bounded below by the log start and held there by a
+    transaction that may have begun in deleted segments (:meth:`TxnTracker.stable_from`).
 
     It holds the segments it has read (the objects themselves: a segment deleted by retention or
     swapped in by compaction makes it read everything again, as does an end that went back), the
@@ -244,8 +273,10 @@ class StableOffset:
         self._segments, self._position, self._end = (), 0, 0
         self._tracker = TxnTracker(keep=False)
 
-    def get(self, segments: Sequence[Segment], end: int) -> int:
-        """The last stable offset of ``segments`` ending at ``end``."""
+    def get(self, segments: Sequence[Segment], end: int, start: int = 0,
+            began: Callable[[], Mapping[int, int]] | None = None) -> int:
+        """The last stable offset of ``segments`` ending at ``end``, of a partition whose log
+        start is ``start`` (``began``: see :meth:`TxnTracker.stable_from`)."""
         known = self._segments
         if end < self._end or len(segments) < len(known) or \
                 any(a is not b for a, b in zip(known, segments, strict=False)):
@@ -259,8 +290,9 @@ class StableOffset:
                 self._tracker.on_batch(header, kind)
                 self._position = at + header.size
         self._end = end
-        lso = self._tracker.last_stable_offset
-        return end if lso is None else lso
+        headless = bool(segments) and segments[0].base_offset > 0
+        lso = self._tracker.stable_from(start, headless, began)
+        return max(start, end) if lso is None else lso
 
 
 class AbortedRanges:

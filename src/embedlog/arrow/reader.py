@@ -25,7 +25,9 @@ one partition's records, at most ``batch_rows`` of them and about 64 MiB of keys
 memory stays bounded whatever the log's size. ``columns`` picks and orders the columns; the
 others are never built (reading only ``offset`` and ``timestamp`` never copies a key or value).
 ``isolation_level="read_committed"`` hides aborted transactions and stops each partition at its
-first open transaction (:mod:`embedlog.arrow.isolation`), as a Kafka consumer does.
+first open transaction (:mod:`embedlog.arrow.isolation`), and at the latest at its last stable
+offset (the log start while a transaction whose first batches were deleted is open), as a
+Kafka consumer does.
 A record whose timestamp (epoch ms, stored up to ``2**63 - 1``) passes what
 ``timestamp[us]`` holds (after the year 294,000) raises :class:`~embedlog.UsageError` naming it
 when the ``timestamp`` column is built, as Spark's Kafka source refuses it; leave that column out
@@ -76,6 +78,8 @@ class LogReader(Protocol):
     def start_offset(self, topic: str, partition: int) -> int: ...
 
     def end_offset(self, topic: str, partition: int) -> int: ...
+
+    def last_stable_offset(self, topic: str, partition: int) -> int: ...
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int) -> int | None: ...
 
@@ -134,8 +138,9 @@ def _batches(log: LogReader, ranges: list[PartitionRange], names: tuple[str, ...
     for r in ranges:
         batcher = ArrowBatcher(r.topic, r.partition, names, schema, batch_rows)
         if committed:
+            end = min(r.end, log.last_stable_offset(r.topic, r.partition))
             source = committed_batches(
-                log.read_batches(r.topic, r.partition, r.start, None, control=True), r.end)
+                log.read_batches(r.topic, r.partition, r.start, None, control=True), end)
             for batch in source:
                 yield from batcher.add(batch.timestamp_type, batch)
         else:

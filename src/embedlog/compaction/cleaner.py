@@ -51,6 +51,7 @@ import numpy.typing as npt
 from .. import _io
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
+from ..producer_state_store import last_stable_offset
 from ..segment import format as fmt
 from ..segment.segment import Segment
 from . import walk
@@ -144,10 +145,11 @@ class _Pass:
             p.check_writable()
             segments = list(p.segments)
             start, end = p.start_offset, p.end_offset
+            stable = last_stable_offset(p)  # held at the log start by a deleted txn's head
         plog = scan_headers(segments, end)
         plan = cleanable(
             segments, start_offset=start, end_offset=end, checkpoint=checkpoint,
-            last_stable_offset=plog.last_stable_offset, config=self.config, now=self.now,
+            last_stable_offset=stable, config=self.config, now=self.now,
         )  # fmt: skip
         if plan.first_dirty >= plan.first_uncleanable:
             return PassResult(CompactionStats(), None, plan)

@@ -19,6 +19,7 @@ from .. import checkpoint
 from ..errors import CorruptionError
 from ..naming import CLEANER_CHECKPOINT
 from ..partition import Partition
+from ..producer_state_store import last_stable_offset
 from ..records import TopicPartition
 from .cleaner import Cancelled, clean_partition
 from .plan import Cleanable, cleanable
@@ -85,7 +86,7 @@ class Compactor:
                 return None
             segments = list(p.segments)
             start, end = p.start_offset, p.end_offset
-            stable = p.stable.get(p.segments, end)  # incremental: new headers only
+            stable = last_stable_offset(p)  # incremental: new headers only
         return cleanable(
             segments, start_offset=start, end_offset=end, checkpoint=self.first_dirty(p),
             last_stable_offset=stable, config=p.config, now=now,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..partition import Partition, SegmentInfo
+from ..producer_state_store import last_stable_offset
 from .catalog import FolderView
 from .planning import TopicPartition
 from .remote_view import RemoteView, open_view
@@ -61,7 +62,7 @@ class StableView:
             end = self.view.end_offset(topic, partition)
             p = self.view.reader(topic, partition, end)
             with p.lock:
-                stable = p.stable.get(p.segments, p.end_offset)
+                stable = last_stable_offset(p)
             end = self._ends[key] = max(start, min(end, stable))
         return end
 

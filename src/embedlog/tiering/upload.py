@@ -39,6 +39,7 @@ from ..config import LONG_MAX
 from ..manifest import write_manifest
 from ..naming import REMOTE_MANIFEST, segment_path
 from ..partition import Partition
+from ..producer_state_store import last_stable_offset
 from ..retention import expired
 from ..segment.segment import Segment
 from .remote_manifest import FILES, Manifest, Published
@@ -65,7 +66,7 @@ def upload(p: Partition) -> int:
     drop_below(p, p.start_offset)
     with p.lock:
         sealed = list(zip(p.segments[:-1], p._bases[1:], strict=False))
-        stable = p.stable.get(p.segments, p.end_offset)
+        stable = last_stable_offset(p)
     count = 0
     for seg, nxt in sealed:
         if nxt > stable:
