@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -51,8 +51,11 @@ import numpy.typing as npt
 from .. import _io
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
+from ..producer_state import next_sequence
 from ..producer_state_store import last_stable_offset
 from ..segment import format as fmt
+from ..segment.codecs import Compression
+from ..segment.encode import SectionTooLargeError
 from ..segment.segment import Segment
 from . import walk
 from .columns import Columns, decode_batches, section
@@ -338,15 +341,18 @@ class _Pass:
         if batch is None:
             s.batches_removed += 1
             return
-        header = h if batch is b.raw else fmt.parse_header(batch, 0)
         if batch is b.raw:
             s.batches_copied += 1
-        elif header.records_count == 0:
-            s.batches_emptied += 1
-        else:
-            s.batches_rebuilt += 1
-        s.bytes_written += len(batch)
-        out.append(batch, header)
+            s.bytes_written += len(batch)
+            out.append(batch, h)
+            return
+        for header, part in _parts(batch):  # one batch, or several in a row (_encode)
+            if header.records_count == 0:
+                s.batches_emptied += 1
+            else:
+                s.batches_rebuilt += 1
+            s.bytes_written += len(part)
+            out.append(part, header)
 
     def _data(self, b: _Batch, decision: _Decision) -> bytes | memoryview | None:
         """The data batch ``b`` after the keep/drop decision on its records (None: dropped)."""
@@ -421,10 +427,37 @@ class _Pass:
 
     def _reencode(self, b: _Batch, kept: Bools, horizon: int | None) -> bytes:
         """The ``kept`` records encoded afresh (Kafka's ``buildRetainedRecordsInto``), with the
-        delete horizon ``horizon`` when given."""
+        delete horizon ``horizon`` when given: one batch, or several in a row (see
+        :meth:`_encode`)."""
         h = b.header
         records = decode_batches([(b.raw, h)]).records
-        idx = np.flatnonzero(kept)
+        return self._encode(h, records, np.flatnonzero(kept), horizon, h.base_offset,
+                            h.last_offset, Compression(h.compression))
+
+    def _encode(self, h: fmt.BatchHeader, records: fmt.DecodedRecords, idx: npt.NDArray[np.intp],
+                horizon: int | None, base: int, last: int, codec: Compression) -> bytes:
+        """The records ``idx`` of ``records`` (of batch ``h``) as a batch of offsets ``[base,
+        last]`` with ``h``'s producer fields (the base sequence moved along with ``base``).
+        Records whose encoding passes what a read decompresses
+        (:data:`~embedlog.segment.codecs.MAX_DECOMPRESSED`: a delete horizon makes their
+        timestamp deltas larger) are split in two batches, each encoded so, down to a single
+        record, stored uncompressed as the write path stores it."""
+        try:
+            return self._encode_one(h, records, idx, horizon, base, last, codec)
+        except SectionTooLargeError:
+            if len(idx) == 1:
+                return self._encode_one(h, records, idx, horizon, base, last, Compression.NONE)
+        mid = len(idx) // 2
+        cut = int(records.offsets[idx[mid]])
+        return self._encode(h, records, idx[:mid], horizon, base, cut - 1, codec) + \
+            self._encode(h, records, idx[mid:], horizon, cut, last, codec)
+
+    @staticmethod
+    def _encode_one(h: fmt.BatchHeader, records: fmt.DecodedRecords, idx: npt.NDArray[np.intp],
+                    horizon: int | None, base: int, last: int, codec: Compression) -> bytes:
+        seq = h.base_sequence
+        if seq >= 0:
+            seq = next_sequence(seq, base - h.base_offset)
         sub = dataclasses.replace(
             records, offsets=records.offsets[idx], timestamps=records.timestamps[idx],
             key_pos=records.key_pos[idx], key_len=records.key_len[idx],
@@ -433,14 +466,23 @@ class _Pass:
         )  # fmt: skip
         return fmt.encode_batch(
             sub.values(), keys=sub.keys(), headers=sub.headers, timestamps=sub.timestamps,
-            base_offset=h.base_offset, compression=h.compression,
+            base_offset=base, compression=codec,
             timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+            producer_epoch=h.producer_epoch, base_sequence=seq,
             is_transactional=h.is_transactional, is_control=h.is_control,
-            leader_epoch=h.leader_epoch, offset_deltas=sub.offsets - h.base_offset,
-            last_offset_delta=h.last_offset_delta, delete_horizon_ms=horizon,
+            leader_epoch=h.leader_epoch, offset_deltas=sub.offsets - base,
+            last_offset_delta=last - base, delete_horizon_ms=horizon,
             max_timestamp=h.max_timestamp if h.timestamp_type == 1 else None,
         )  # fmt: skip
+
+
+def _parts(batch: bytes | memoryview) -> Iterator[tuple[fmt.BatchHeader, bytes | memoryview]]:
+    """``(header, bytes)`` of each batch of ``batch``: one, or several in a row."""
+    pos = 0
+    while pos < len(batch):
+        header = fmt.parse_header(batch, pos)
+        yield header, batch if header.size == len(batch) else batch[pos: pos + header.size]
+        pos += header.size
 
 
 def clean_partition(
