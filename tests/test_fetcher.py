@@ -92,7 +92,9 @@ class MemoryPartition:
 
 def fetcher(*, committed: Mapping[TopicPartition, int] | None = None, read_only: bool = False,
             **kwargs: Any) -> Fetcher:
-    log = SimpleNamespace(read_only=read_only, path="/nonexistent/log")  # never armed here
+    # never armed here; its last stable offset holds nothing back (the markers read decide)
+    log = SimpleNamespace(read_only=read_only, path="/nonexistent/log",
+                          last_stable_offset=lambda topic, partition: 2**63 - 1)
     options: dict[str, Any] = {"isolation_level": "read_uncommitted",
                                "auto_offset_reset": "earliest"}
     options.update(kwargs)
