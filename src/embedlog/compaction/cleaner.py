@@ -52,7 +52,6 @@ from .. import _io
 from ..naming import CLEANED_SUFFIX
 from ..partition import Partition
 from ..producer_state import next_sequence
-from ..producer_state_store import last_stable_offset
 from ..segment import format as fmt
 from ..segment.codecs import Compression
 from ..segment.encode import SectionTooLargeError
@@ -148,11 +147,14 @@ class _Pass:
             p.check_writable()
             segments = list(p.segments)
             start, end = p.start_offset, p.end_offset
-            stable = last_stable_offset(p)  # held at the log start by a deleted txn's head
+            # the producer state keeps a transaction whose first batches were deleted
+            opened = list(p.producer_states().txns.open.values())
         plog = scan_headers(segments, end)
+        firsts = [*opened, *(() if plog.last_stable_offset is None else (plog.last_stable_offset,))]
         plan = cleanable(
             segments, start_offset=start, end_offset=end, checkpoint=checkpoint,
-            last_stable_offset=stable, config=self.config, now=self.now,
+            last_stable_offset=max(start, min(firsts)) if firsts else None,
+            config=self.config, now=self.now,
         )  # fmt: skip
         if plan.first_dirty >= plan.first_uncleanable:
             return PassResult(CompactionStats(), None, plan)
