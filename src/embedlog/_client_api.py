@@ -57,6 +57,9 @@ class ClientPartition(Protocol):
         outside the log."""
 
 
+    def last_stable_offset(self) -> int:
+        """Where ``read_committed`` readers stop, as last refreshed (no refresh here)."""
+
     def aborted_txns(self, start: int, end: int) -> AbortedRanges | None:
         """The aborted transactions overlapping ``[start, end)`` from the ``.txnindex`` files;
         ``None`` when a segment there has none (the reader decides by the markers)."""

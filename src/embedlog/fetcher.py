@@ -322,7 +322,7 @@ class Fetcher:
         it at the log start."""
         kept: list[Columns] = []
         last = end
-        limit = self.log.last_stable_offset(*f.tp)
+        limit = f.p.last_stable_offset()  # the view was refreshed for ``end``
         try:
             committed = CommittedFilter[tuple[fmt.BatchHeader, fmt.DecodedRecords]](
                 f.p.aborted_txns(f.fetched, end))
@@ -387,7 +387,7 @@ class Fetcher:
         if policy == "earliest":
             f.move_to(f.p.start_offset)
         elif self.read_committed:
-            f.move_to(self.log.last_stable_offset(*f.tp))
+            f.move_to(f.p.last_stable_offset())
         else:
             f.move_to(f.p.end_offset)
 

@@ -179,8 +179,7 @@ class Partition:
             return [SegmentInfo(s.base_offset, s.size, s.log_path) for s in self.segments]
 
     def refresh(self) -> None:
-        """Read-only view: pick up what the writer changed (new, deleted and swapped-in segments,
-        the active segment's size, the log start: :func:`.partition_read.refresh_view`)."""
+        """Read-only view: pick up the writer's changes (:func:`.partition_read.refresh_view`)."""
         partition_read.refresh_view(self)
 
     def persisted_start(self) -> int | None:
@@ -409,23 +408,24 @@ class Partition:
         self, start: int | None, end: int | None = None, *, control: bool = False,
         max_records: int | None = None,
     ) -> Iterator[tuple[fmt.BatchHeader, fmt.DecodedRecords]]:
-        """Data batches whose records fall in ``[start, end)``, each restricted to that range
-        (:func:`embedlog.partition_read.batches`: control batches skipped unless ``control``;
-        with ``max_records`` decoded no further than that). ``start=None``: the log start."""
+        """:func:`embedlog.partition_read.batches`: the data batches of ``[start, end)``
+        (``start=None``: the log start), restricted to it; control batches with ``control``."""
         return partition_read.batches(self, start, end, control, max_records)
 
-    def read(
-        self, start: int | None, end: int | None = None, max_records: int | None = None
-    ) -> Iterator[Record]:
+    def read(self, start: int | None, end: int | None = None, max_records: int | None = None
+             ) -> Iterator[Record]:
         """Records from ``start`` (:func:`embedlog.partition_read.read`)."""
         return partition_read.read(self, start, end, max_records)
 
     def aborted_txns(self, start: int, end: int) -> AbortedRanges | None:
-        """Aborted transactions overlapping ``[start, end)``, from the ``.txnindex`` files
-        (:func:`embedlog.transactions.indexed_aborted`; ``None``: a segment has none)."""
+        """:func:`embedlog.transactions.indexed_aborted` over ``[start, end)``."""
         with self.lock:
             segs = self.segments[partition_read.segment_index(self, start) :]
         return indexed_aborted(partition_read.with_remote(self, start, segs, end), start, end)
+
+    def last_stable_offset(self) -> int:
+        """:func:`embedlog.producer_state_store.last_stable_offset` (no refresh of a view)."""
+        return producer_state_store.last_stable_offset(self)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= ``timestamp`` (Kafka's ``offsetsForTimes``)."""
