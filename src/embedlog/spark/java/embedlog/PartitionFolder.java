@@ -1,0 +1,201 @@
+package embedlog;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.util.Arrays;
+import java.util.regex.Pattern;
+
+/**
+ * What a read-only reader learns from a partition folder {@code <log dir>/<topic>-<partition>}
+ * without reading records: its segments' base offsets (exact names {@code <20 digits>.log};
+ * anything else is ignored), whether a compaction swap is in progress ({@code *.swap}
+ * segment files), the log start offset (the first segment's base raised to the partition's
+ * entry in the log dir's {@code log-start-offset-checkpoint}), and {@code .index} lookups.
+ * Every file is opened read only, without following a symbolic link, and only when it is a
+ * regular file; every size read from a file is bounded.
+ */
+final class PartitionFolder {
+    static final Pattern LOG_NAME = Pattern.compile("[0-9]{20}\\.log");
+    static final Pattern SWAP_NAME =
+        Pattern.compile("[0-9]{20}\\.(log|index|timeindex|txnindex|snapshot)(\\.\\w+)?\\.swap");
+    static final Pattern TOPIC = Pattern.compile("[a-zA-Z0-9._-]+");
+    static final int MAX_TOPIC_LENGTH = 249;
+    static final String LOG_START_CHECKPOINT = "log-start-offset-checkpoint";
+    /** The largest checkpoint or index file read (bigger ones: no index / fall back). */
+    static final long MAX_SIDE_FILE = 64L * 1024 * 1024;
+
+    private PartitionFolder() {
+    }
+
+    /** {@code name} if it is a legal Kafka topic name (as naming.validate_topic), else throws. */
+    static String validateTopic(String name) {
+        if (name == null || name.isEmpty()) {
+            throw new IllegalArgumentException("topic name is empty");
+        }
+        if (name.length() > MAX_TOPIC_LENGTH) {
+            throw new IllegalArgumentException(
+                "topic name is " + name.length() + " characters; the limit is 249");
+        }
+        if (name.equals(".") || name.equals("..")) {
+            throw new IllegalArgumentException("topic name '" + name + "' is not allowed");
+        }
+        if (!TOPIC.matcher(name).matches()) {
+            throw new IllegalArgumentException(
+                "topic name '" + name + "' has characters outside [a-zA-Z0-9._-]");
+        }
+        return name;
+    }
+
+    /**
+     * The sorted base offsets of the folder's segments (none if the folder does not exist).
+     * FallbackException while a compaction swap is in progress.
+     */
+    static long[] segmentBases(Path dir) throws IOException {
+        long[] bases = new long[16];
+        int n = 0;
+        try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir)) {
+            for (Path entry : ds) {
+                String name = entry.getFileName().toString();
+                if (SWAP_NAME.matcher(name).matches()) {
+                    throw new FallbackException("a compaction swap is in progress in " + dir
+                        + " (" + name + ")");
+                }
+                if (LOG_NAME.matcher(name).matches()) {
+                    long base = parseBase(name);
+                    if (base >= 0) {
+                        bases = n == bases.length ? Arrays.copyOf(bases, n * 2) : bases;
+                        bases[n++] = base;
+                    }
+                }
+            }
+        } catch (NoSuchFileException e) {
+            return new long[0];
+        }
+        long[] out = Arrays.copyOf(bases, n);
+        Arrays.sort(out);
+        return out;
+    }
+
+    /** The base offset of a 20-digit name, -1 when it exceeds a signed 64-bit offset. */
+    static long parseBase(String name) {
+        try {
+            return Long.parseLong(name.substring(0, 20));
+        } catch (NumberFormatException e) {
+            return -1;
+        }
+    }
+
+    static Path segmentPath(Path dir, long base, String suffix) {
+        return dir.resolve(String.format("%020d%s", base, suffix));
+    }
+
+    /** A read-only channel on {@code path}, which must be a regular file (no link followed). */
+    static FileChannel openRegular(Path path) throws IOException {
+        BasicFileAttributes a =
+            Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+        if (!a.isRegularFile()) {
+            throw new FallbackException(path + " is not a regular file");
+        }
+        return FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
+    }
+
+    /**
+     * The entry for {@code topic}/{@code partition} in the log dir's log start checkpoint
+     * (Kafka's text format: version 0, entry count, then {@code topic partition offset}
+     * lines), 0 when there is none or no file. FallbackException when the file does not parse.
+     */
+    static long persistedStart(Path logDir, String topic, int partition) throws IOException {
+        Path path = logDir.resolve(LOG_START_CHECKPOINT);
+        byte[] bytes;
+        try (FileChannel ch = openRegular(path)) {
+            if (ch.size() > MAX_SIDE_FILE) {
+                throw new FallbackException(path + " is larger than " + MAX_SIDE_FILE + " bytes");
+            }
+            bytes = read(ch, 0, (int) ch.size());
+        } catch (NoSuchFileException e) {
+            return 0;
+        }
+        String[] lines = new String(bytes, StandardCharsets.UTF_8).split("\n", -1);
+        try {
+            if (lines.length < 2 || !lines[0].trim().equals("0")) {
+                throw new FallbackException("unreadable checkpoint " + path);
+            }
+            int count = Integer.parseInt(lines[1].trim());
+            if (count < 0 || count > lines.length - 2) {
+                throw new FallbackException("unreadable checkpoint " + path);
+            }
+            long found = 0;
+            for (int i = 2; i < 2 + count; i++) {
+                String[] f = lines[i].trim().split(" ");
+                if (f.length != 3) {
+                    throw new FallbackException("unreadable checkpoint " + path);
+                }
+                if (f[0].equals(topic) && Integer.parseInt(f[1]) == partition) {
+                    found = Long.parseLong(f[2]);
+                }
+            }
+            return found;
+        } catch (NumberFormatException e) {
+            throw new FallbackException("unreadable checkpoint " + path, e);
+        }
+    }
+
+    /** {@code len} bytes at {@code pos} (fewer at the end of the file). */
+    static byte[] read(FileChannel ch, long pos, int len) throws IOException {
+        ByteBuffer bb = ByteBuffer.allocate(len);
+        while (bb.hasRemaining()) {
+            if (ch.read(bb, pos + bb.position()) < 0) {
+                break;
+            }
+        }
+        return bb.position() == len ? bb.array() : Arrays.copyOf(bb.array(), bb.position());
+    }
+
+    /**
+     * Floor lookup in the segment's {@code .index} (8-byte entries, big endian: int32 offset
+     * relative to {@code base}, int32 file position): {@code {offset, position}} of the last
+     * entry whose offset is at most {@code target}, among the leading entries whose offsets
+     * and positions increase and whose positions lie inside the log ({@code logSize}); null
+     * when there is no usable entry (no index, not a regular file, too large, none at or
+     * below target): the caller walks from position 0.
+     */
+    static long[] indexFloor(Path dir, long base, long target, long logSize) {
+        Path path = segmentPath(dir, base, ".index");
+        byte[] b;
+        try (FileChannel ch = openRegular(path)) {
+            long size = Math.min(ch.size(), MAX_SIDE_FILE) & ~7L;
+            b = read(ch, 0, (int) size);
+        } catch (IOException e) {
+            return null;
+        }
+        long bestOffset = -1;
+        long bestPos = -1;
+        long lastRel = -1;
+        long lastPos = -1;
+        for (int p = 0; p + 8 <= b.length; p += 8) {
+            long rel = BatchFormat.i32(b, p);
+            long pos = BatchFormat.i32(b, p + 4);
+            if (rel <= lastRel || pos < lastPos || pos < 0 || pos >= logSize
+                    || (lastRel >= 0 && pos == lastPos)) {
+                break; // the end of the usable entries (a preallocated index is zero-filled)
+            }
+            if (base + rel > target) {
+                break;
+            }
+            bestOffset = base + rel;
+            bestPos = pos;
+            lastRel = rel;
+            lastPos = pos;
+        }
+        return bestPos < 0 ? null : new long[] {bestOffset, bestPos};
+    }
+}

@@ -1,0 +1,367 @@
+package embedlog;
+
+import java.io.Closeable;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.util.zip.CRC32C;
+
+/**
+ * Reads the data records with offsets in [start, end) of one partition folder, read only.
+ *
+ * <p>Invariants: the folder is listed once, at construction (exact {@code <20 digits>.log}
+ * names; a folder with a compaction swap in progress is refused with
+ * {@link FallbackException}). The segments read are the last one whose base offset is at most
+ * {@code start} and the following ones whose base is below {@code end}. The first one is
+ * entered at the position its {@code .index} gives for {@code start} (an entry that does not
+ * fall inside the batch found there, or damage in that batch, and the segment is walked from
+ * position 0 instead). Every batch read has its length, header and CRC-32C checked and its
+ * offsets checked against embedlog's order rules (rules.check_order: base offsets at or above
+ * the segment's base and the previous batch's next offset, lastOffset within a 32-bit delta of
+ * the segment's base, below the next segment's base); a batch overlapping the range is
+ * decoded whole ({@link BatchFormat#decodeBatch}) and only its records in range handed on.
+ * The scan stops at the first batch whose base offset is at or above {@code end} (and not
+ * below the previous batch's end) before reading its body: the active segment may be being
+ * appended to past {@code end}. An incomplete batch at the end of the last segment ends the
+ * scan quietly (an append in progress); anywhere else bytes that do not form a whole batch are
+ * corrupt. Control batches are skipped. Records below the log start offset are never
+ * returned: a start below it is an {@link OffsetOutOfRangeException}.
+ *
+ * <p>Not thread safe; one scan per thread.
+ */
+public final class PartitionScan implements Closeable {
+    /** The largest batch read; a larger one is left to the Python reader (FallbackException). */
+    public static final long MAX_BATCH_BYTES = 64L * 1024 * 1024;
+    private static final int CHUNK = 1 << 18;
+    private static final long NO_FLOOR = Long.MIN_VALUE;
+    private static final long INT32_MAX = Integer.MAX_VALUE;
+
+    private final Path dir;
+    private final long start;
+    private final long end;
+    private final long[] bases;
+    private final long logStart;
+    private final BatchHeader h = new BatchHeader();
+    private final RecordColumns cols = new RecordColumns();
+    private final CRC32C crc = new CRC32C();
+    private int seg = -1;
+    private FileChannel ch;
+    private Path logPath;
+    private long fileSize;
+    private long position;
+    private long floor;
+    private long indexOffset = -1;
+    private boolean done;
+    private byte[] win = new byte[CHUNK];
+    private long winPos;
+    private int winLen;
+
+    /** A scan of [start, end) of the partition folder {@code dir} ({@code <topic>-<n>}). */
+    public PartitionScan(Path dir, long start, long end) throws IOException {
+        this.dir = dir;
+        this.start = start;
+        this.end = end;
+        String name = dir.getFileName().toString();
+        int dash = name.lastIndexOf('-');
+        if (dash <= 0) {
+            throw new FallbackException("not a partition folder: " + dir);
+        }
+        String topic = name.substring(0, dash);
+        int partition;
+        try {
+            partition = Integer.parseInt(name.substring(dash + 1));
+        } catch (NumberFormatException e) {
+            throw new FallbackException("not a partition folder: " + dir, e);
+        }
+        this.bases = PartitionFolder.segmentBases(dir);
+        Path parent = dir.toAbsolutePath().getParent();
+        long persisted = parent == null ? 0 : PartitionFolder.persistedStart(parent, topic,
+            partition);
+        this.logStart = bases.length == 0 ? persisted : Math.max(persisted, bases[0]);
+        if (start > end || start < 0) {
+            throw new OffsetOutOfRangeException("invalid range [" + start + ", " + end + ") of "
+                + dir);
+        }
+        if (start < logStart && start < end) {
+            throw new OffsetOutOfRangeException("offset " + start + " is below the log start "
+                + "offset " + logStart + " of " + dir);
+        }
+        done = start >= end || bases.length == 0;
+    }
+
+    /**
+     * {@code <logDir>/<topic>-<partition>} for a topic name from untrusted input, checked as
+     * Kafka's legal names (1-249 of [a-zA-Z0-9._-], not "." or "..") and a partition &gt;= 0.
+     */
+    public static Path partitionDir(Path logDir, String topic, int partition) {
+        PartitionFolder.validateTopic(topic);
+        if (partition < 0) {
+            throw new IllegalArgumentException("partition must be non-negative: " + partition);
+        }
+        return logDir.resolve(topic + "-" + partition);
+    }
+
+    /**
+     * The partition's log start offset as embedlog's read-only views compute it: the first
+     * segment's base offset raised to the partition's {@code log-start-offset-checkpoint} entry
+     * (not lowered to the log end: a start above the data reads nothing).
+     */
+    public long logStartOffset() {
+        return logStart;
+    }
+
+    /**
+     * Hand the in-range records of the next data batch holding any to {@code sink}; false when
+     * the range is done (nothing was handed on).
+     */
+    public boolean nextBatch(RecordSink sink) throws IOException {
+        while (!done) {
+            if (!nextHeader()) {
+                continue;
+            }
+            if (h.isControl() || h.lastOffset() < start) {
+                continue;
+            }
+            if (decodeAt() && emit(sink) > 0) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The number of data records in [start, end): recordCount of the batches wholly inside it
+     * (their CRC checked), the records of the (at most two) batches cut by start or end
+     * decoded and counted. Consumes the scan.
+     */
+    public long countRecords() throws IOException {
+        long n = 0;
+        while (!done) {
+            if (!nextHeader() || h.isControl() || h.lastOffset() < start) {
+                continue;
+            }
+            if (h.baseOffset >= start && h.lastOffset() < end) {
+                n += h.recordCount;
+            } else if (decodeAt()) {
+                for (int i = 0; i < cols.count; i++) {
+                    long o = cols.offsets[i];
+                    n += o >= start && o < end ? 1 : 0;
+                }
+            }
+        }
+        return n;
+    }
+
+    @Override
+    public void close() throws IOException {
+        done = true;
+        closeSegment();
+    }
+
+    /** The records the current batch holds in range, handed to the sink. */
+    private int emit(RecordSink sink) {
+        boolean lat = h.logAppendTime();
+        int n = 0;
+        for (int i = 0; i < cols.count; i++) {
+            long o = cols.offsets[i];
+            if (o < start || o >= end) {
+                continue;
+            }
+            sink.record(o, cols.timestamps[i], lat, cols.data, cols.keyOff[i], cols.keyLen[i],
+                cols.valueOff[i], cols.valueLen[i], cols.headerCount[i], cols.headersOff[i]);
+            n++;
+        }
+        return n;
+    }
+
+    /** The columns of the batch just read (position already past it); false = none. */
+    private boolean decodeAt() throws IOException {
+        long at = position - h.size();
+        try {
+            BatchFormat.decodeBatch(win, (int) (at - winPos), h, cols);
+        } catch (CorruptBatchException e) {
+            throw e.located(logPath.toString() + ", offset " + h.baseOffset, at);
+        }
+        return true;
+    }
+
+    /** Walks to the next batch: true with {@link #h} set, false when a segment or all ended. */
+    private boolean nextHeader() throws IOException {
+        if (ch == null && !openNextSegment()) {
+            done = true;
+            return false;
+        }
+        long remain = fileSize - position;
+        if (remain <= BatchFormat.MAGIC_OFFSET + 1) {
+            return tailEnd(remain);
+        }
+        ensure(position, (int) Math.min(remain, BatchFormat.HEADER_SIZE));
+        int p = (int) (position - winPos);
+        int batchLength = BatchFormat.i32(win, p + 8);
+        long size = batchLength + (long) BatchFormat.LOG_OVERHEAD;
+        boolean indexed = indexOffset >= 0;
+        if (indexed && (batchLength < BatchFormat.LEGACY_MIN_LENGTH || size > remain
+                || size > MAX_BATCH_BYTES)) {
+            return restartSegment(); // the index led to no whole batch: walk the segment
+        }
+        if (batchLength < BatchFormat.LEGACY_MIN_LENGTH) {
+            throw corrupt("invalid batch length " + batchLength);
+        }
+        if (size > MAX_BATCH_BYTES) {
+            throw new FallbackException("batch of " + size + " bytes in " + logPath + " at "
+                + position + ": larger than the JVM reader reads");
+        }
+        if (size > remain) {
+            return tailEnd(remain);
+        }
+        long base = BatchFormat.i64(win, p);
+        if (!indexed && base >= end && (floor == NO_FLOOR || base >= floor)) {
+            return stop(); // the first batch past the range: its body is not read
+        }
+        if (!checkedBatch((int) size)) {
+            return false;
+        }
+        return h.baseOffset < end || stop();
+    }
+
+    private boolean stop() throws IOException {
+        done = true;
+        closeSegment();
+        return false;
+    }
+
+    /** Read and check the whole batch at {@link #position} of {@code size} bytes. */
+    private boolean checkedBatch(int size) throws IOException {
+        ensure(position, size);
+        int p = (int) (position - winPos);
+        try {
+            BatchFormat.parseHeader(win, p, size, h);
+            BatchFormat.verifyCrc(win, p, h, crc);
+            checkOrder();
+        } catch (CorruptBatchException e) {
+            if (indexOffset >= 0) {
+                return restartSegment(); // the index led into damage: walk the segment
+            }
+            throw e.located(logPath.toString(), position);
+        }
+        if (indexOffset >= 0) {
+            if (indexOffset < h.baseOffset || indexOffset > h.lastOffset()) {
+                return restartSegment(); // the entry does not belong to this batch
+            }
+            indexOffset = -1;
+        }
+        floor = h.nextOffset();
+        position += size;
+        return true;
+    }
+
+    /** rules.check_order for the batch in {@link #h} at {@link #position}. */
+    private void checkOrder() throws IOException {
+        long segBase = bases[seg];
+        long low = floor == NO_FLOOR ? segBase : floor;
+        long last = h.lastOffset();
+        if (h.baseOffset < low || last < h.baseOffset) {
+            throw new CorruptBatchException("batch offsets " + h.baseOffset + ".." + last
+                + " are out of order (expected >= " + low + ")");
+        }
+        if (last - segBase > INT32_MAX) {
+            throw new CorruptBatchException("batch offsets " + h.baseOffset + ".." + last
+                + " do not fit a 32-bit delta from the segment's base offset " + segBase);
+        }
+        if (seg + 1 < bases.length && last >= bases[seg + 1]) {
+            throw new FallbackException("batch offsets " + h.baseOffset + ".." + last
+                + " reach into the next segment (base " + bases[seg + 1] + ") (" + logPath
+                + ", position " + position + "): damage, or a compaction swap half way");
+        }
+    }
+
+    private boolean restartSegment() {
+        indexOffset = -1;
+        position = 0;
+        floor = bases[seg];
+        return false;
+    }
+
+    /** {@code remain} bytes left that hold no whole batch: the end of the segment. */
+    private boolean tailEnd(long remain) throws IOException {
+        if (remain > 0 && seg + 1 < bases.length) {
+            throw corrupt(remain + " bytes at the end do not form a whole batch");
+        }
+        closeSegment();
+        if (seg + 1 >= bases.length) {
+            done = true;
+        }
+        return false;
+    }
+
+    private CorruptBatchException corrupt(String reason) {
+        return new CorruptBatchException(reason).located(logPath.toString(), position);
+    }
+
+    /** Open the next segment holding part of the range; false when there is none. */
+    private boolean openNextSegment() throws IOException {
+        if (seg < 0) {
+            seg = 0;
+            while (seg + 1 < bases.length && bases[seg + 1] <= start) {
+                seg++;
+            }
+        } else {
+            seg++;
+            if (seg >= bases.length || bases[seg] >= end) {
+                return false;
+            }
+        }
+        long base = bases[seg];
+        logPath = PartitionFolder.segmentPath(dir, base, ".log");
+        ch = PartitionFolder.openRegular(logPath);
+        fileSize = ch.size();
+        winLen = 0;
+        position = 0;
+        floor = base;
+        indexOffset = -1;
+        if (start > base) {
+            long[] entry = PartitionFolder.indexFloor(dir, base, start, fileSize);
+            if (entry != null && entry[1] > 0) {
+                position = entry[1];
+                indexOffset = entry[0];
+                floor = NO_FLOOR;
+            }
+        }
+        return true;
+    }
+
+    private void closeSegment() throws IOException {
+        if (ch != null) {
+            ch.close();
+            ch = null;
+        }
+    }
+
+    /** The window holds file bytes [pos, pos + need) (need within the file). */
+    private void ensure(long pos, int need) throws IOException {
+        if (pos >= winPos && pos + need <= winPos + winLen) {
+            return;
+        }
+        int want = (int) Math.min(Math.max(need, CHUNK), fileSize - pos);
+        if (win.length < want) {
+            win = new byte[Math.max(want, win.length * 2)];
+        }
+        ByteBuffer bb = ByteBuffer.wrap(win, 0, want);
+        while (bb.hasRemaining()) {
+            if (ch.read(bb, pos + bb.position()) < 0) {
+                break;
+            }
+        }
+        winPos = pos;
+        winLen = bb.position();
+        if (winLen < need) {
+            throw corrupt("segment file shrank while being read");
+        }
+    }
+
+    /** The records of the batch decoded last (valid until the next call), for header walks. */
+    public RecordColumns columns() {
+        return cols;
+    }
+}
