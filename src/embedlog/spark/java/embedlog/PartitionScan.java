@@ -208,21 +208,20 @@ public final class PartitionScan implements Closeable {
         if (batchLength < BatchFormat.LEGACY_MIN_LENGTH) {
             throw corrupt("invalid batch length " + batchLength);
         }
-        if (size > MAX_BATCH_BYTES) {
+        if (size > MAX_BATCH_BYTES && size > remain) {
+            throw corrupt("batch size " + size + " exceeds the maximum of " + MAX_BATCH_BYTES);
+        }
+        if (size > MAX_BATCH_BYTES) { // the topic's max.message.bytes may allow it
             throw new FallbackException("batch of " + size + " bytes in " + logPath + " at "
                 + position + ": larger than the JVM reader reads");
         }
         if (size > remain) {
             return tailEnd(remain);
         }
-        long base = BatchFormat.i64(win, p);
-        if (!indexed && base >= end && (floor == NO_FLOOR || base >= floor)) {
-            return stop(); // the first batch past the range: its body is not read
-        }
         if (!checkedBatch((int) size)) {
             return false;
         }
-        return h.baseOffset < end || stop();
+        return h.baseOffset < end || stop(); // the first batch past the range: checked only
     }
 
     private boolean stop() throws IOException {
@@ -237,7 +236,9 @@ public final class PartitionScan implements Closeable {
         int p = (int) (position - winPos);
         try {
             BatchFormat.parseHeader(win, p, size, h);
-            BatchFormat.verifyCrc(win, p, h, crc);
+            if (h.lastOffset() >= start) { // a batch walked over to the range: header only
+                BatchFormat.verifyCrc(win, p, h, crc);
+            }
             checkOrder();
         } catch (CorruptBatchException e) {
             if (indexOffset >= 0) {
@@ -270,9 +271,13 @@ public final class PartitionScan implements Closeable {
                 + " do not fit a 32-bit delta from the segment's base offset " + segBase);
         }
         if (seg + 1 < bases.length && last >= bases[seg + 1]) {
-            throw new FallbackException("batch offsets " + h.baseOffset + ".." + last
-                + " reach into the next segment (base " + bases[seg + 1] + ") (" + logPath
-                + ", position " + position + "): damage, or a compaction swap half way");
+            String what = "batch offsets " + h.baseOffset + ".." + last
+                + " reach into the next segment (base " + bases[seg + 1] + ")";
+            if (!java.util.Arrays.equals(bases, PartitionFolder.segmentBases(dir))) {
+                throw new FallbackException(what + " (" + logPath + ", position " + position
+                    + ") while the folder changed: a compaction swap half way");
+            }
+            throw new CorruptBatchException(what); // the same listing again: damage
         }
     }
 
