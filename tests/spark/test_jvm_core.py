@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jvm_core_util import Spec, compile_core, open_view, python_result, run_dump
 
 import embedlog
@@ -258,7 +260,6 @@ def _planned(root: str, topic: str, rng: random.Random) -> list[Spec] | None:
             for mode in ("records", "count")]
 
 
-@pytest.mark.slow
 def test_damaged_segments_get_the_python_verdict(classpath: str, tmp_path: Path) -> None:
     """Wherever the Python reader raises CorruptBatchError for a range the JVM raises
     CorruptBatchException; wherever it returns records, the JVM returns the same ones."""
@@ -288,3 +289,171 @@ def test_damaged_segments_get_the_python_verdict(classpath: str, tmp_path: Path)
             assert jvm == py, spec
             verdicts["same"] += 1
     assert verdicts["corrupt"] > 10 and verdicts["same"] > 100 and refused < 120
+
+
+# -- record layout and codec streams -------------------------------------------------------
+
+
+def _rebuilt(batch: bytes, section: bytes, records: int | None = None) -> bytes:
+    """``batch`` with its records section replaced by ``section`` (the batch length and the
+    CRC-32C made right again, ``records`` the new recordCount): damage the CRC cannot see."""
+    import struct
+
+    import crc32c
+
+    head = bytearray(batch[: fmt.HEADER_SIZE])
+    struct.pack_into(">i", head, 8, fmt.HEADER_SIZE - 12 + len(section))
+    if records is not None:
+        struct.pack_into(">i", head, 57, records)
+    body = bytes(head[21:]) + section
+    struct.pack_into(">I", head, 17, crc32c.crc32c(body))
+    return bytes(head) + section
+
+
+def _mutate(section: bytes, rng: random.Random) -> bytes:
+    data = bytearray(section)
+    for _ in range(rng.randint(1, 3)):
+        op = rng.randrange(4)
+        i = rng.randrange(len(data) + 1)
+        if op == 0 and data:
+            data[min(i, len(data) - 1)] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            data[i:i] = rng.randbytes(rng.randint(1, 3))
+        elif op == 2:
+            del data[i : i + rng.randint(1, 3)]
+        else:
+            data[min(i, len(data) - 1) : i + 1] = bytes([rng.choice([0x80, 0xFF, 0x01, 0x7F])])
+    return bytes(data)
+
+
+def _one_batch_log(root: Path, name: str, batch: bytes) -> Spec:
+    folder = root / f"{name}-0"
+    folder.mkdir(parents=True)
+    (folder / "00000000000000000000.log").write_bytes(batch)
+    return (str(root), name, 0, 0, 2**40, "records")
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), codec=st.sampled_from(range(5)))
+def test_damaged_records_under_a_valid_crc(classpath: str, tmp_path_factory: pytest.TempPathFactory,
+                                           seed: int, codec: int) -> None:
+    """Records sections (and compressed streams) damaged behind a valid CRC: the JVM rejects
+    exactly the batches the Python decoder rejects, and decodes the others the same."""
+    from embedlog.segment.codecs import compress, decompress
+
+    rng = random.Random(seed)
+    root = tmp_path_factory.mktemp("records")
+    specs = []
+    for i in range(25):
+        n = rng.randint(1, 5)
+        batch = fmt.encode_batch(
+            [None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 9)) for _ in range(n)],
+            keys=[None if rng.random() < 0.3 else b"k" for _ in range(n)],
+            headers=[[("h", None), ("\u00e9", b"v")] if rng.random() < 0.5 else None
+                     for _ in range(n)], timestamps=1000 + i, compression=codec)
+        section = batch[fmt.HEADER_SIZE:]
+        if codec and rng.random() < 0.5:  # the records damaged, then compressed again
+            raw = _mutate(decompress(codec, section, max_size=1 << 20), rng)
+            section = compress(codec, raw)
+        else:
+            section = _mutate(section, rng)
+        count = n + rng.choice([0, 0, 0, -1, 1]) if rng.random() < 0.3 else None
+        specs.append(_one_batch_log(root, f"r{i}", _rebuilt(batch, section, count)))
+    got = run_dump(classpath, specs)
+    with open_view(root) as view:
+        for spec, jvm in zip(specs, got, strict=True):
+            py = python_result(view, (*spec[:4], view.end_offset(spec[1], 0), spec[5]))
+            if py.get("corrupt"):
+                assert jvm.get("error") in ("CorruptBatchException",
+                                            "UnsupportedFormatException"), (spec, py, jvm)
+            else:
+                assert jvm == py, spec
+
+
+# -- random logs ---------------------------------------------------------------------------
+
+_BATCH = st.tuples(st.integers(1, 8), st.floats(0, 1), st.booleans(),
+                   st.sampled_from([None, "gzip", "snappy", "lz4", "zstd"]))
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(_BATCH, min_size=1, max_size=40), segment=st.sampled_from([600, 2000]),
+       deleted=st.floats(0, 0.5), seed=st.integers(0, 2**16))
+def test_random_logs_and_ranges(classpath: str, tmp_path_factory: pytest.TempPathFactory,
+                                batches: list[tuple[int, float, bool, str | None]],
+                                segment: int, deleted: float, seed: int) -> None:
+    root = str(tmp_path_factory.mktemp("random"))
+    rng = random.Random(seed)
+    with embedlog.open(root) as log:
+        log.create_topic("r", 1, {"segment.bytes": segment, "index.interval.bytes": 64})
+        for n, nulls, headers, codec in batches:
+            log.append_batch(
+                "r", [None if rng.random() < nulls else rng.randbytes(rng.randint(0, 30))
+                      for _ in range(n)],
+                keys=[None if rng.random() < nulls else b"%d" % rng.randint(0, 3)
+                      for _ in range(n)],
+                headers=[[("k", None), ("v", b"1")] if headers else None for _ in range(n)],
+                compression=codec)
+        end = log.end_offset("r", 0)
+        log.delete_records("r", 0, int(end * deleted))
+    with open_view(root) as view:
+        specs = _specs(view, root, "r", seed)
+    got = _agree(classpath, root, specs)
+    counts = [r["count"] for r in got if "count" in r]
+    records = [len(r["records"]) for r in got if "records" in r]
+    assert counts == records
+
+
+# -- folders and names ---------------------------------------------------------------------
+
+
+def test_a_compaction_swap_in_progress_falls_back(classpath: str, tmp_path: Path) -> None:
+    root = str(tmp_path)
+    with embedlog.open(root) as log:
+        log.create_topic("s", 1, {"segment.bytes": 1024})
+        _fill(log, "s", 20, None)
+    (tmp_path / "s-0" / "00000000000000000000.log.swap").write_bytes(b"")
+    got = run_dump(classpath, [(root, "s", 0, 0, 5, "records"), (root, "s", 0, 0, 5, "count")])
+    assert [r["error"] for r in got] == ["FallbackException"] * 2
+
+
+def test_untrusted_names_and_files(classpath: str, tmp_path: Path) -> None:
+    root = str(tmp_path)
+    with embedlog.open(root) as log:
+        log.create_topic("n", 1, {"segment.bytes": 1024})
+        _fill(log, "n", 20, None)
+    folder = tmp_path / "n-0"
+    (folder / "0000000000000000000x.log").write_bytes(b"junk")  # not a segment name: ignored
+    (folder / "00000000000000000000.log.bak").write_bytes(b"junk")
+    names = ["..", ".", "a/b", "x" * 250, "", "caf\u00e9"]
+    got = run_dump(classpath, [(root, "n", 0, 0, 9, "count")]
+                   + [(root, t, 0, 0, 1, "count") for t in names])
+    assert got[0] == {"count": 9}
+    assert all(r["error"] == "IllegalArgumentException" for r in got[1:])
+    seg = folder / "00000000000000000000.log"
+    seg.rename(folder / "real")
+    seg.symlink_to(folder / "real")  # a link is never followed
+    assert run_dump(classpath, [(root, "n", 0, 0, 9, "count")])[0]["error"] == \
+        "FallbackException"
+
+
+def test_a_scribbled_index_is_not_trusted(classpath: str, tmp_path: Path) -> None:
+    root = str(tmp_path)
+    with embedlog.open(root) as log:
+        log.create_topic("i", 1, {"segment.bytes": 100_000, "index.interval.bytes": 64})
+        _fill(log, "i", 60, None)
+    index = tmp_path / "i-0" / "00000000000000000000.index"
+    with open_view(root) as view:
+        specs = _specs(view, root, "i", seed=2)
+        end = view.end_offset("i", 0)
+    before = run_dump(classpath, specs)
+    entries = bytearray(index.read_bytes())
+    assert len(entries) >= 16
+    rng = random.Random(0)
+    for i in range(0, len(entries), 8):  # positions inside batches, offsets out of order
+        entries[i : i + 8] = (rng.randrange(end)).to_bytes(4, "big") + rng.randrange(
+            100_000).to_bytes(4, "big")
+    index.write_bytes(bytes(entries))
+    assert run_dump(classpath, specs) == before

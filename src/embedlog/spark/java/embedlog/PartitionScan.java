@@ -25,7 +25,7 @@ import java.util.zip.CRC32C;
  * below the previous batch's end) before reading its body: the active segment may be being
  * appended to past {@code end}. An incomplete batch at the end of the last segment ends the
  * scan quietly (an append in progress); anywhere else bytes that do not form a whole batch are
- * corrupt. Control batches are skipped. Records below the log start offset are never
+ * corrupt. Control batches and batches of no record are skipped undecoded. Records below the log start offset are never
  * returned: a start below it is an {@link OffsetOutOfRangeException}.
  *
  * <p>Not thread safe; one scan per thread.
@@ -120,7 +120,7 @@ public final class PartitionScan implements Closeable {
             if (!nextHeader()) {
                 continue;
             }
-            if (h.isControl() || h.lastOffset() < start) {
+            if (skipped()) {
                 continue;
             }
             if (decodeAt() && emit(sink) > 0) {
@@ -138,7 +138,7 @@ public final class PartitionScan implements Closeable {
     public long countRecords() throws IOException {
         long n = 0;
         while (!done) {
-            if (!nextHeader() || h.isControl() || h.lastOffset() < start) {
+            if (!nextHeader() || skipped()) {
                 continue;
             }
             if (h.baseOffset >= start && h.lastOffset() < end) {
@@ -151,6 +151,11 @@ public final class PartitionScan implements Closeable {
             }
         }
         return n;
+    }
+
+    /** Batches never decoded (as reader.scan): before the range, control, no records. */
+    private boolean skipped() {
+        return h.isControl() || h.lastOffset() < start || h.recordCount == 0;
     }
 
     @Override
