@@ -111,10 +111,11 @@ public final class BatchFormat {
     /**
      * Decode (decompressing first when the codec bits are set, at most
      * {@link #MAX_DECOMPRESSED} bytes) and fully validate the records of the whole batch at
-     * {@code b[off..off+size)} into {@code out}. The CRC is not checked here.
+     * {@code b[off..off+size)} into {@code out}. The CRC is not checked here. FallbackException
+     * for what only the Python reader decodes (lz4 frames of dependent blocks).
      */
     public static void decodeBatch(byte[] b, int off, BatchHeader h, RecordColumns out)
-            throws CorruptBatchException {
+            throws CorruptBatchException, FallbackException {
         int size = (int) h.size();
         int codec = h.codec();
         if (codec > Codecs.ZSTD) {

@@ -7,16 +7,15 @@ import java.io.InputStream;
 import java.util.zip.CRC32;
 import java.util.zip.DataFormatException;
 import java.util.zip.Inflater;
-import net.jpountz.lz4.LZ4FrameInputStream;
 import org.xerial.snappy.Snappy;
 
 /**
  * Decompression of a batch's records section, as embedlog's codecs.py accepts it: gzip (one
  * or more complete RFC 1952 members, header flags, CRC-32 and size checked, nothing after the
  * last), snappy (xerial framing: magic {@code 82 'SNAPPY' 00}, two int32 versions, blocks of
- * int32 BE length + raw snappy block; or one unframed raw block), lz4 (frames), zstd (frames,
- * skippable frames; the frame and block headers are walked first so a truncated frame is an
- * error). Invariants: the output never exceeds {@code max} bytes (more is an error, and no
+ * int32 BE length + raw snappy block; or one unframed raw block), lz4 (frames, {@link Lz4Frames}),
+ * zstd (frames, skippable frames; the frame and block headers are walked first so a truncated
+ * frame is an error, {@link ZstdFrames}). Invariants: the output never exceeds {@code max} bytes (more is an error, and no
  * buffer larger than max + 1 is made from a size the stream declares); every failure,
  * including the codec libraries' own exceptions, is a {@link CorruptBatchException}.
  */
@@ -40,18 +39,14 @@ final class Codecs {
 
     /** Decompress {@code b[off..off+len)} with {@code codec} (1-4) into {@code out}. */
     static void decompress(int codec, byte[] b, int off, int len, int max, GrowBuffer out)
-            throws CorruptBatchException {
+            throws CorruptBatchException, FallbackException {
         out.len = 0;
         try {
             switch (codec) {
                 case GZIP -> gunzip(b, off, len, max, out);
                 case SNAPPY -> unsnappy(b, off, len, max, out);
-                case LZ4 -> stream(new LZ4FrameInputStream(new ByteArrayInputStream(b, off, len)),
-                    max, out);
-                case ZSTD -> {
-                    ZstdFrames.check(b, off, len);
-                    stream(new ZstdInputStream(new ByteArrayInputStream(b, off, len)), max, out);
-                }
+                case LZ4 -> Lz4Frames.decode(b, off, len, max, out);
+                case ZSTD -> unzstd(b, off, len, max, out);
                 default -> throw new UnsupportedFormatException(
                     "unknown compression codec id " + codec);
             }
@@ -59,12 +54,38 @@ final class Codecs {
             throw e;
         } catch (OutOfMemoryError e) {
             throw new CorruptBatchException(NAMES[codec] + " stream needs too much memory");
+        } catch (FallbackException e) {
+            throw e;
         } catch (IOException | RuntimeException | DataFormatException e) {
             throw new CorruptBatchException("invalid " + NAMES[codec] + " data: " + e);
         }
         if (out.len > max) {
             throw tooBig(max);
         }
+    }
+
+    /**
+     * zstd frames: one call of a reused decompression context into a buffer of the size the
+     * frame headers declare (at most max; libzstd checks every frame against its declared
+     * size), else (a size not declared, as Kafka's streaming writer leaves it) a stream
+     * read bounded by max.
+     */
+    private static void unzstd(byte[] b, int off, int len, int max, GrowBuffer out)
+            throws IOException, CorruptBatchException {
+        long declared = ZstdFrames.check(b, off, len);
+        if (declared > max) {
+            throw tooBig(max);
+        }
+        if (declared < 0) {
+            stream(new ZstdInputStream(new ByteArrayInputStream(b, off, len)), max, out);
+            return;
+        }
+        out.ensure(declared, max + 1);
+        int got = out.zstd().decompressByteArray(out.buf, 0, (int) declared, b, off, len);
+        if (got != declared) {
+            throw new CorruptBatchException("invalid zstd data: content size mismatch");
+        }
+        out.len = got;
     }
 
     private static void stream(InputStream in, int max, GrowBuffer out)

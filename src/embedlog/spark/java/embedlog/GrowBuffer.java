@@ -3,16 +3,36 @@ package embedlog;
 import java.io.IOException;
 import java.io.InputStream;
 
+import com.github.luben.zstd.ZstdDecompressCtx;
+
 /**
  * A reusable byte buffer: {@code buf[0..len)} holds the data. It never grows past the bound
  * its caller gives (plus one byte, to tell "exactly the bound" from "more").
  */
-final class GrowBuffer {
+final class GrowBuffer implements AutoCloseable {
     byte[] buf;
     int len;
+    private ZstdDecompressCtx zstd;
 
     GrowBuffer(int initial) {
         buf = new byte[initial];
+    }
+
+    /** A zstd decompression context kept with the buffer (made on first use). */
+    ZstdDecompressCtx zstd() {
+        if (zstd == null) {
+            zstd = new ZstdDecompressCtx();
+        }
+        return zstd;
+    }
+
+    /** Frees the zstd context's native memory. */
+    @Override
+    public void close() {
+        if (zstd != null) {
+            zstd.close();
+            zstd = null;
+        }
     }
 
     /** Room for {@code extra} more bytes after {@code len}, the array at most {@code cap}. */

@@ -161,6 +161,7 @@ public final class PartitionScan implements Closeable {
     @Override
     public void close() throws IOException {
         done = true;
+        cols.close();
         closeSegment();
     }
 

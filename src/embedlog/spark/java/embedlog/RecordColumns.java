@@ -37,6 +37,11 @@ public final class RecordColumns {
         return scratch;
     }
 
+    /** Frees the native decompression state kept for the next batches. */
+    public void close() {
+        scratch.close();
+    }
+
     private void grow(int n) {
         if (offsets.length >= n) {
             return;

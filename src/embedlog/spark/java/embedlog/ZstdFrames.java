@@ -21,9 +21,14 @@ final class ZstdFrames {
             | (b[p + 3] & 0xFFL) << 24;
     }
 
-    static void check(byte[] b, int off, int len) throws CorruptBatchException {
+    /**
+     * Walk the frames; returns the content size their headers declare in all, or -1 when a
+     * frame declares none.
+     */
+    static long check(byte[] b, int off, int len) throws CorruptBatchException {
         long end = (long) off + len;
         long pos = off;
+        long declared = 0;
         if (len == 0) {
             throw new CorruptBatchException("empty zstd stream");
         }
@@ -53,7 +58,10 @@ final class ZstdFrames {
             int single = (fhd >> 5) & 1;
             int fcsFlag = fhd >> 6;
             pos += 1 + (single != 0 ? 0 : 1) + DID_SIZE[fhd & 3];
-            pos += (fcsFlag == 0 && single != 0) ? 1 : FCS_SIZE[fcsFlag];
+            int fcsLen = (fcsFlag == 0 && single != 0) ? 1 : FCS_SIZE[fcsFlag];
+            declared = fcsLen == 0 || declared < 0 || pos + fcsLen > end ? -1
+                : declared + contentSize(b, (int) pos, fcsLen);
+            pos += fcsLen;
             while (true) {
                 if (pos + 3 > end) {
                     throw new CorruptBatchException("truncated zstd block header");
@@ -76,5 +84,15 @@ final class ZstdFrames {
                 throw new CorruptBatchException("truncated zstd frame");
             }
         }
+        return declared;
+    }
+
+    /** The Frame_Content_Size field of {@code n} bytes at {@code p} (RFC 8878 3.1.1.1.4). */
+    private static long contentSize(byte[] b, int p, int n) {
+        long v = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            v = v << 8 | (b[p + i] & 0xFF);
+        }
+        return n == 2 ? v + 256 : v < 0 ? Long.MAX_VALUE : v;
     }
 }
