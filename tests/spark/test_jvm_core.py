@@ -457,3 +457,44 @@ def test_a_scribbled_index_is_not_trusted(classpath: str, tmp_path: Path) -> Non
             100_000).to_bytes(4, "big")
     index.write_bytes(bytes(entries))
     assert run_dump(classpath, specs) == before
+
+
+def _streams(raw: bytes) -> dict[str, tuple[int, bytes]]:
+    """The records section ``raw`` in the stream variants the Python decoder accepts beyond
+    what embedlog writes: (codec id, stream)."""
+    import gzip
+
+    import cramjam
+    import lz4.frame
+    import zstandard
+
+    plain = zstandard.ZstdCompressor(write_content_size=False)
+    half = len(raw) // 2
+    skippable = (0x184D2A53).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
+    return {
+        "gzip-members": (1, gzip.compress(raw[:half]) + gzip.compress(raw[half:])),
+        "snappy-raw": (2, bytes(cramjam.snappy.compress_raw(raw))),
+        "lz4-checksums": (3, lz4.frame.compress(raw, content_checksum=True, block_checksum=True,
+                                                store_size=True)),
+        "lz4-two-frames": (3, lz4.frame.compress(raw[:half]) + lz4.frame.compress(raw[half:])),
+        "zstd-no-size": (4, plain.compress(raw)),
+        "zstd-frames": (4, plain.compress(raw[:half]) + skippable
+                        + zstandard.ZstdCompressor().compress(raw[half:])),
+    }
+
+
+def test_codec_stream_variants(classpath: str, tmp_path: Path) -> None:
+    batch = fmt.encode_batch([b"v%d" % i * 50 for i in range(40)], timestamps=7,
+                             headers=[[("h", None)]] * 40)
+    raw = batch[fmt.HEADER_SIZE:]
+    specs = []
+    for name, (codec, stream) in _streams(raw).items():
+        head = bytearray(batch[: fmt.HEADER_SIZE])
+        head[22] = (head[22] & ~7) | codec
+        specs.append(_one_batch_log(tmp_path, name, _rebuilt(bytes(head), stream)))
+    got = run_dump(classpath, specs)
+    with open_view(tmp_path) as view:
+        for spec, jvm in zip(specs, got, strict=True):
+            py = python_result(view, (*spec[:4], 40, spec[5]))
+            assert len(py["records"]) == 40
+            assert jvm == py, spec[1]
