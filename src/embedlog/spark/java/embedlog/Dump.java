@@ -83,8 +83,6 @@ public final class Dump {
 
     private static void records(PartitionScan scan, Writer out) throws IOException {
         StringBuilder sb = new StringBuilder();
-        RecordColumns cols = scan.columns();
-        int[] index = new int[1];
         long[] n = new long[1];
         RecordSink sink = (o, ts, lat, buf, ko, kl, vo, vl, hc, ho) -> {
             sb.append("{\"offset\": ").append(o).append(", \"timestamp\": ").append(ts)
@@ -92,9 +90,8 @@ public final class Dump {
                 .append(", \"key\": ").append(b64(buf, ko, kl))
                 .append(", \"value\": ").append(b64(buf, vo, vl)).append(", \"headers\": [");
             if (hc > 0) {
-                int i = recordIndex(cols, ho, index);
                 boolean[] first = {true};
-                cols.headers(i, (k, b, off, len) -> {
+                RecordColumns.headers(buf, ho, hc, (k, b, off, len) -> {
                     sb.append(first[0] ? "" : ", ").append('[').append(quote(k)).append(", ")
                         .append(b64(b, off, len)).append(']');
                     first[0] = false;
@@ -109,16 +106,6 @@ public final class Dump {
         }
         out.write(sb.toString());
         out.write("{\"end\": " + n[0] + "}\n");
-    }
-
-    /** The row of the record whose headers start at {@code headersOff} (rows ascend). */
-    private static int recordIndex(RecordColumns cols, int headersOff, int[] hint) {
-        int i = hint[0] < cols.count && cols.headersOff[hint[0]] <= headersOff ? hint[0] : 0;
-        while (cols.headersOff[i] != headersOff) {
-            i++;
-        }
-        hint[0] = i;
-        return i;
     }
 
     private static String b64(byte[] b, int off, int len) {

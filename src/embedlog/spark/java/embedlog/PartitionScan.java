@@ -370,9 +370,4 @@ public final class PartitionScan implements Closeable {
             throw corrupt("segment file shrank while being read");
         }
     }
-
-    /** The records of the batch decoded last (valid until the next call), for header walks. */
-    public RecordColumns columns() {
-        return cols;
-    }
 }

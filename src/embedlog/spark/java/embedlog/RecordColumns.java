@@ -218,32 +218,34 @@ public final class RecordColumns {
     }
 
     /**
-     * Walk the {@code headerCount[i]} headers of record {@code i} (already validated by
-     * {@link #decode}); allocates the key strings only.
+     * Walk the {@code count} headers at {@code headersOff} of {@code buf}: what a
+     * {@link RecordSink} is handed (validated when its batch was decoded, so no check is made
+     * here). Allocates the key strings only.
      */
-    public void headers(int i, HeaderVisitor v) {
-        int p = headersOff[i];
-        for (int j = 0; j < headerCount[i]; j++) {
-            int klen = (int) validVarint(p);
-            p = pos;
-            String key = new String(data, p, klen, StandardCharsets.UTF_8);
-            p += klen;
-            int vlen = (int) validVarint(p);
-            p = pos;
-            v.header(key, data, p, vlen);
-            p += Math.max(vlen, 0);
+    public static void headers(byte[] buf, int headersOff, int count, HeaderVisitor v) {
+        int p = headersOff;
+        for (int j = 0; j < count; j++) {
+            long k = validVarint(buf, p);
+            int kl = (int) (k >> 32);
+            p = (int) k;
+            String key = new String(buf, p, kl, StandardCharsets.UTF_8);
+            long val = validVarint(buf, p + kl);
+            int vl = (int) (val >> 32);
+            p = (int) val;
+            v.header(key, buf, p, vl);
+            p += Math.max(vl, 0);
         }
     }
 
-    /** A varint known to be well formed (validated by decode). */
-    private long validVarint(int p) {
+    /** A well-formed 32-bit varint at {@code p}: its value in the high half, the position
+     * after it in the low half. */
+    private static long validVarint(byte[] buf, int p) {
         long z = 0;
-        for (int i = 0; ; i++) {
-            int b = data[p + i] & 0xFF;
-            z |= (long) (b & 0x7F) << (7 * i);
+        for (int shift = 0; ; shift += 7) {
+            int b = buf[p++] & 0xFF;
+            z |= (long) (b & 0x7F) << shift;
             if (b < 0x80) {
-                pos = p + i + 1;
-                return (z >>> 1) ^ -(z & 1);
+                return ((z >>> 1) ^ -(z & 1)) << 32 | p;
             }
         }
     }

@@ -7,7 +7,8 @@ package embedlog;
  *
  * <p>{@code keyLen}/{@code valueLen} are -1 for a null key/value. {@code headersOff} is the
  * position in {@code buf} of the record's first header (validated: key length, UTF-8 key,
- * value length); walk them with {@link RecordColumns#headers}.
+ * value length); walk them with
+ * {@link RecordColumns#headers(byte[], int, int, HeaderVisitor)}.
  */
 public interface RecordSink {
     void record(long offset, long timestampMs, boolean logAppendTime, byte[] buf, int keyOff,
