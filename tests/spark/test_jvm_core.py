@@ -498,3 +498,32 @@ def test_codec_stream_variants(classpath: str, tmp_path: Path) -> None:
             py = python_result(view, (*spec[:4], 40, spec[5]))
             assert len(py["records"]) == 40
             assert jvm == py, spec[1]
+
+
+def test_reads_below_end_while_a_writer_appends(classpath: str, tmp_path: Path) -> None:
+    """The active segment grows during the scans: ranges below the end offset seen before
+    read the same records, whatever is being appended past them."""
+    import threading
+
+    root = str(tmp_path)
+    with embedlog.open(root) as log:
+        log.create_topic("w", 1, {"segment.bytes": 50_000})
+        _fill(log, "w", 50, "lz4")
+        with open_view(root) as view:
+            specs = _specs(view, root, "w", seed=6) * 20
+            expected = [python_result(view, s) for s in specs]
+        stop = threading.Event()
+
+        def append() -> None:
+            while not stop.is_set():
+                _fill(log, "w", 5, None)
+
+        writer = threading.Thread(target=append)
+        writer.start()
+        try:
+            got = run_dump(classpath, specs)
+        finally:
+            stop.set()
+            writer.join()
+        assert log.end_offset("w", 0) > max(s[4] for s in specs)
+    assert got == expected
