@@ -51,8 +51,8 @@ def compile_core(out: Path) -> str | None:
     return os.pathsep.join([str(out), *codec])
 
 
-def run_dump(classpath: str, specs: Sequence[Spec]) -> list[Result]:
-    """One result per spec, from one JVM."""
+def run_dump(classpath: str, specs: Sequence[tuple[object, ...]]) -> list[Result]:
+    """One result per spec (a :data:`Spec`, maybe with a 7th field ``dense``), from one JVM."""
     text = "".join("\t".join(str(f) for f in s) + "\n" for s in specs)
     done = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp",
                            classpath, "embedlog.Dump"], input=text.encode(),

@@ -527,3 +527,33 @@ def test_reads_below_end_while_a_writer_appends(classpath: str, tmp_path: Path) 
             writer.join()
         assert log.end_offset("w", 0) > max(s[4] for s in specs)
     assert got == expected
+
+
+def test_a_gap_in_a_dense_active_segment_is_damage(classpath: str, tmp_path: Path) -> None:
+    """The last batch's base offset (outside the CRC) moved forward in the active segment of
+    an embedlog topic: the Python view refuses it, and so does the JVM told the tail is dense;
+    without that it cannot tell the gap from a compacted one."""
+    import struct
+
+    root = str(tmp_path)
+    with embedlog.open(root) as log:
+        log.create_topic("g", 1, {"segment.bytes": 100_000})
+        _fill(log, "g", 10, None)
+        end = log.end_offset("g", 0)
+    seg = tmp_path / "g-0" / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    pos = 0
+    while pos + fmt.HEADER_SIZE < len(data):
+        last, pos = pos, pos + fmt.parse_header(data, pos).size
+    base = fmt.parse_header(data, last).base_offset
+    struct.pack_into(">q", data, last, base + 5)
+    seg.write_bytes(bytes(data))
+    with pytest.raises(embedlog.CorruptionError), open_view(root) as view:
+        view.end_offset("g", 0)
+    got = run_dump(classpath, [(root, "g", 0, 0, end + 5, "records", "dense"),
+                               (root, "g", 0, 0, base, "records", "dense"),
+                               (root, "g", 0, 0, end + 5, "records")])
+    for refused in got[:2]:  # the batch after a range is checked whole too
+        assert refused["error"] == "CorruptBatchException"
+        assert "without gaps" in refused["message"]
+    assert got[2]["records"][-1]["offset"] > end  # the moved batch, not told it is damage

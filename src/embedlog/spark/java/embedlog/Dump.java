@@ -13,7 +13,9 @@ import java.util.Base64;
 
 /**
  * A test and timing entry point: one JVM reads many specs from stdin, one per line,
- * {@code dir TAB topic TAB partition TAB start TAB end TAB mode}, and prints for each, as
+ * {@code dir TAB topic TAB partition TAB start TAB end TAB mode [TAB dense]} (dense: the
+ * topic's active segment has no gap, {@link PartitionScan#PartitionScan(Path, long, long,
+ * boolean)}), and prints for each, as
  * JSON lines: with mode {@code records} one line per record
  * ({@code {"offset", "timestamp", "timestampType", "key", "value", "headers"}}, key/value
  * base64 or null, headers a list of [key, base64 value or null]) then {@code {"end": n}};
@@ -50,13 +52,14 @@ public final class Dump {
     }
 
     private static void run(String[] f, Writer out) throws IOException {
-        if (f.length != 6) {
-            throw new IllegalArgumentException("a spec has 6 tab-separated fields");
+        if (f.length != 6 && f.length != 7) {
+            throw new IllegalArgumentException("a spec has 6 or 7 tab-separated fields");
         }
+        boolean dense = f.length == 7 && f[6].equals("dense");
         Path dir = PartitionScan.partitionDir(Paths.get(f[0]), f[1], Integer.parseInt(f[2]));
         long start = Long.parseLong(f[3]);
         long end = Long.parseLong(f[4]);
-        try (PartitionScan scan = new PartitionScan(dir, start, end)) {
+        try (PartitionScan scan = new PartitionScan(dir, start, end, dense)) {
             switch (f[5]) {
                 case "count" -> out.write("{\"count\": " + scan.countRecords() + "}\n");
                 case "start" -> out.write("{\"logStart\": " + scan.logStartOffset() + "}\n");

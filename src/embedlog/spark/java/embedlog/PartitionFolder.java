@@ -62,6 +62,9 @@ final class PartitionFolder {
     static long[] segmentBases(Path dir) throws IOException {
         long[] bases = new long[16];
         int n = 0;
+        if (Files.isSymbolicLink(dir)) {
+            throw new FallbackException("partition folder is a symbolic link: " + dir);
+        }
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir)) {
             for (Path entry : ds) {
                 String name = entry.getFileName().toString();

@@ -42,6 +42,7 @@ public final class PartitionScan implements Closeable {
     private final long end;
     private final long[] bases;
     private final long logStart;
+    private boolean denseTail;
     private final BatchHeader h = new BatchHeader();
     private final RecordColumns cols = new RecordColumns();
     private final CRC32C crc = new CRC32C();
@@ -59,7 +60,19 @@ public final class PartitionScan implements Closeable {
 
     /** A scan of [start, end) of the partition folder {@code dir} ({@code <topic>-<n>}). */
     public PartitionScan(Path dir, long start, long end) throws IOException {
+        this(dir, start, end, false);
+    }
+
+    /**
+     * A scan whose last segment, when {@code denseTail} (a topic embedlog created: its active
+     * segment has no offset gap, rules.Bounds.dense), must have each batch start exactly where
+     * the previous one ended, as the Python views check it: a gap there is damage, unless the
+     * folder lists a later segment by then (the writer rolled: it is sealed, and compaction may
+     * have rewritten it with gaps).
+     */
+    public PartitionScan(Path dir, long start, long end, boolean denseTail) throws IOException {
         this.dir = dir;
+        this.denseTail = denseTail;
         this.start = start;
         this.end = end;
         String name = dir.getFileName().toString();
@@ -266,6 +279,9 @@ public final class PartitionScan implements Closeable {
     /** rules.check_order for the batch in {@link #h} at {@link #position}. */
     private void checkOrder() throws IOException {
         long segBase = bases[seg];
+        if (denseTail && seg == bases.length - 1 && floor != NO_FLOOR && h.baseOffset != floor) {
+            checkDense();
+        }
         long low = floor == NO_FLOOR ? segBase : floor;
         long last = h.lastOffset();
         if (h.baseOffset < low || last < h.baseOffset) {
@@ -285,6 +301,18 @@ public final class PartitionScan implements Closeable {
             }
             throw new CorruptBatchException(what); // the same listing again: damage
         }
+    }
+
+    /** A gap in the last segment of a dense tail: damage while no later segment is listed. */
+    private void checkDense() throws IOException {
+        long[] now = PartitionFolder.segmentBases(dir);
+        if (now.length > 0 && now[now.length - 1] > bases[seg]) {
+            denseTail = false; // rolled since the listing: a sealed segment may have gaps
+            return;
+        }
+        throw new CorruptBatchException("batch offsets " + h.baseOffset + ".." + h.lastOffset()
+            + " do not follow the previous batch (expected base offset " + floor
+            + "): embedlog writes this segment without gaps");
     }
 
     private boolean restartSegment() {
