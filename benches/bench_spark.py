@@ -99,6 +99,7 @@ def build(workdir: str, records: int, partitions: int, value_size: int,
 def session(cores: int, plain_daemon: bool = False) -> Any:
     """A local session set up as :func:`embedlog.spark.local_session` sets one up: executor
     workers forked from :mod:`embedlog.spark.daemon` (``plain_daemon``: pyspark's own)."""
+    from embedlog.spark.jvm import jar_path
     from embedlog.spark.session import DAEMON_MODULE
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -115,6 +116,7 @@ def session(cores: int, plain_daemon: bool = False) -> Any:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.python.daemon.module", "pyspark.daemon" if plain_daemon else DAEMON_MODULE)
+        .config("spark.jars", jar_path() or "")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -203,11 +205,15 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
         "parquet": lambda: spark.read.parquet(pq_dir).selectExpr(*ALL_COLUMNS_QUERY).collect(),
     }
     for chunk, path in logs.items():
-        queries[f"embedlog/{chunk}"] = lambda path=path: embedlog_df(spark, path).selectExpr(
-            *ALL_COLUMNS_QUERY).collect()
+        for jvm in (True, False):
+            queries[f"embedlog{'' if jvm else '-py'}/{chunk}"] = (
+                lambda path=path, jvm=jvm: embedlog_df(spark, path, jvm).selectExpr(
+                    *ALL_COLUMNS_QUERY).collect())
+    first_log = next(iter(logs.values()))
     counts: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(pq_dir).count(),
-        "embedlog": lambda: embedlog_df(spark, next(iter(logs.values()))).count(),
+        "embedlog": lambda: embedlog_df(spark, first_log).count(),
+        "embedlog-py": lambda: embedlog_df(spark, first_log, False).count(),
     }
     firsts: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(pq_dir).limit(1).collect(),
@@ -234,9 +240,11 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
     spark.stop()
 
 
-def embedlog_df(spark: Any, path: str) -> Any:
-    """Every record of the bench topic."""
-    return spark.read.format("embedlog").option("subscribe", TOPIC).load(path)
+def embedlog_df(spark: Any, path: str, jvm: bool = True) -> Any:
+    """Every record of the bench topic (``jvm``: through the JVM reader when the session has
+    it; else the Python reader)."""
+    return (spark.read.format("embedlog").option("subscribe", TOPIC)
+            .option("jvmReader", str(jvm).lower()).load(path))
 
 
 def interleaved(group: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:

@@ -1,5 +1,5 @@
-"""Helpers of the JVM reader core tests: compile the Java sources once (skipping when javac or
-pyspark's jars are missing), run ``embedlog.Dump`` on many specs in one JVM, and read the same
+"""Helpers of the JVM reader core tests: the JVM reader's jar (skipping when javac or pyspark's
+jars are missing), run ``embedlog.Dump`` on many specs in one JVM, and read the same
 ranges through embedlog's own read-only Python reader, both as comparable rows."""
 
 from __future__ import annotations
@@ -36,19 +36,19 @@ def pyspark_jars() -> str | None:
     return jars if os.path.isdir(jars) else None
 
 
-def compile_core(out: Path) -> str | None:
-    """Compile the core into ``out``; the run classpath, or None when javac, java or pyspark's
-    jars are missing."""
+def core_classpath() -> str | None:
+    """The run classpath of the JVM reader (its jar, built by :func:`embedlog.spark.jvm.jar_path`,
+    and the codec jars pyspark ships), or None when javac, java or pyspark's jars are missing."""
+    from embedlog.spark import jvm
+
     jars = pyspark_jars()
-    if jars is None or shutil.which("javac") is None or shutil.which("java") is None:
+    if jars is None or shutil.which("java") is None:
         return None
     codec = [j for pattern in CODEC_JARS for j in glob.glob(os.path.join(jars, pattern))]
-    if len(codec) != len(CODEC_JARS):
+    jar = jvm.jar_path()
+    if len(codec) != len(CODEC_JARS) or jar is None:
         return None
-    sources = sorted(str(p) for p in (JAVA_SRC / "embedlog").glob("*.java"))
-    subprocess.run(["javac", "--release", "17", "-encoding", "UTF-8", "-cp",
-                    os.pathsep.join(codec), "-d", str(out), *sources], check=True)
-    return os.pathsep.join([str(out), *codec])
+    return os.pathsep.join([jar, *codec])
 
 
 def run_dump(classpath: str, specs: Sequence[tuple[object, ...]]) -> list[Result]:

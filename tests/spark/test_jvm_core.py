@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jvm_core_util import Spec, compile_core, open_view, python_result, run_dump
+from jvm_core_util import Spec, core_classpath, open_view, python_result, run_dump
 
 import embedlog
 from embedlog.segment import format as fmt
@@ -26,8 +26,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 @pytest.fixture(scope="module")
-def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
-    cp = compile_core(tmp_path_factory.mktemp("jvmcore-classes"))
+def classpath() -> str:
+    cp = core_classpath()
     if cp is None:
         pytest.skip("javac, java or pyspark's jars are missing")
     return cp

@@ -11,7 +11,9 @@ Spark's Kafka source, stream from it, or append to it::
 
 Spark finds the source by itself once embedlog[spark] is installed (module
 ``pyspark_embedlog``); :func:`register` does it explicitly, e.g. for a session started before
-the install. docs/spark.md describes where the work happens (planning, tasks, the one writer)
+the install. With :func:`jar_path`'s jar in ``spark.jars`` (:func:`local_session` adds it),
+batch scans are read by the JVM reader (:mod:`embedlog.spark.jvm`). docs/spark.md describes
+where the work happens (planning, tasks, the one writer)
 and the differences from Spark's Kafka source.
 """
 
@@ -27,11 +29,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "embedlog.spark needs pyspark>=4.2 and pyarrow: pip install 'embedlog[spark]'"
     ) from exc
 
+from .jvm import jar_path
 from .session import java_available, local_session
 from .source import EmbedlogDataSource
 from .stream import source_metrics
 
-__all__ = ["EmbedlogDataSource", "java_available", "local_session", "register",
+__all__ = ["EmbedlogDataSource", "jar_path", "java_available", "local_session", "register",
            "source_metrics"]
 
 

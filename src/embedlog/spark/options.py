@@ -22,7 +22,10 @@ task. embedlog's own options:
 
 * ``pushFilters`` (false): use the filter-pushdown reader (also needs
   ``spark.sql.python.filterPushdown.enabled=true``);
-* ``maxRecordsPerBatch`` (32768): rows per Arrow batch handed to Spark;
+* ``maxRecordsPerBatch`` (32768): rows per Arrow batch handed to Spark (the JVM reader's
+  column batches: 4096 unless given, at most 65536);
+* ``jvmReader`` (true): let the JVM reader (:mod:`embedlog.spark.jvm`), when its jar is on
+  Spark's classpath, read batch tasks; ``false`` reads them through the Python reader;
 * ``maxBytesPerPartition`` (128 MiB): adjacent segments of a partition, and small partitions,
   share one task up to this size.
 
@@ -118,6 +121,9 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     read_committed: bool = False
+    jvm_reader: bool = True
+    """``jvmReader``: batch tasks are read by the JVM reader when its jar is on Spark's
+    classpath (:mod:`embedlog.spark.jvm`); ``false`` keeps them on the Python reader."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ _KNOWN_READ = frozenset(
         "maxtriggerdelay",
         "kafka.isolation.level",
         "topic",
+        "jvmreader",
     }
 )
 
@@ -221,6 +228,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         read_committed=_isolation(opts),
+        jvm_reader=_bool(opts, "jvmReader", True),
     )
 
 

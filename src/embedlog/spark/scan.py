@@ -19,6 +19,7 @@ the task rather than silently skipping the withheld records.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -27,9 +28,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from .. import metadata
 from ..arrow.columns import ArrowBatcher
 from ..arrow.isolation import committed_batches
-from ..errors import OffsetOutOfRangeError, UsageError
+from ..errors import CorruptionError, OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..log import open as open_log
 from ..opener import open as open_any
@@ -58,6 +60,10 @@ class ReadTask(InputPartition):  # type: ignore[misc]
     fail_on_data_loss: bool = True
     size_bytes: int = 0
     read_committed: bool = False
+    dense: tuple[str, ...] = ()
+    """The topics of ``ranges`` that embedlog created (``"dense"`` in ``embedlog.json``): their
+    active segments have no offset gap, a rule the JVM reader (:mod:`embedlog.spark.jvm`)
+    applies as the Python views do."""
 
 
 _LOGS: dict[tuple[str, int, int], Log] = {}
@@ -70,11 +76,23 @@ def make_tasks(path: str, planned: Sequence[Sequence[OffsetRange]], *,
     """Spark input partitions for planned tasks. Spark turns an empty list into one
     ``InputPartition(None)``; :func:`read_task` reads nothing for it, so a query with nothing
     to read returns no rows (as Kafka's source does)."""
+    dense = _dense_topics(path)
     return [
         ReadTask(path, tuple((r.topic, r.partition, r.start, r.end) for r in task),
-                 fail_on_data_loss, sum(r.size_bytes for r in task), read_committed)
+                 fail_on_data_loss, sum(r.size_bytes for r in task), read_committed,
+                 tuple(sorted({r.topic for r in task} & dense)))
         for task in planned
     ]
+
+
+def _dense_topics(path: str) -> set[str]:
+    """The topics ``embedlog.json`` marks dense (none for a URI or a Kafka folder; a damaged
+    file is planning's to report, which has read it already)."""
+    dense: set[str] = set()
+    if not is_uri(path):
+        with contextlib.suppress(CorruptionError, OSError):
+            metadata.read_metadata(path, dense=dense)
+    return dense
 
 
 def planning_log(path: str) -> Log:

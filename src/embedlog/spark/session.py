@@ -2,7 +2,9 @@
 
 Workers must run this interpreter (it has embedlog and pyarrow) and bind to loopback; the UI,
 console progress bars and most logging are off; timestamps are shown in UTC. Executor workers
-are forked from :mod:`embedlog.spark.daemon`, which has the reader imported already.
+are forked from :mod:`embedlog.spark.daemon`, which has the reader imported already. The JVM
+reader's jar (:mod:`embedlog.spark.jvm`) is put on the classpath (``spark.jars``) when it can
+be built, unless ``EMBEDLOG_SPARK_JVM=0``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import shutil
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from .jvm import jar_path, jvm_enabled
 
 __all__ = ["DAEMON_MODULE", "java_available", "local_session"]
 
@@ -50,6 +54,9 @@ def local_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.daemon.module", DAEMON_MODULE)
     )
+    jar = jar_path() if jvm_enabled() else None
+    if jar is not None:
+        builder = builder.config("spark.jars", jar)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

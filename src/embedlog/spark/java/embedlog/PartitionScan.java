@@ -53,6 +53,7 @@ public final class PartitionScan implements Closeable {
     private long position;
     private long floor;
     private long indexOffset = -1;
+    private long reached = -1;
     private boolean done;
     private byte[] win = new byte[CHUNK];
     private long winPos;
@@ -122,6 +123,15 @@ public final class PartitionScan implements Closeable {
      */
     public long logStartOffset() {
         return logStart;
+    }
+
+    /**
+     * The next offset after the last batch checked so far (control batches included), -1 before
+     * any: once the scan is done, a value below {@code end} means the partition ends before the
+     * range does (its log end offset is that value), as when it was truncated after planning.
+     */
+    public long reachedOffset() {
+        return reached;
     }
 
     /**
@@ -272,6 +282,7 @@ public final class PartitionScan implements Closeable {
             indexOffset = -1;
         }
         floor = h.nextOffset();
+        reached = Math.max(reached, floor);
         position += size;
         return true;
     }

@@ -1,0 +1,210 @@
+"""The JVM reader (``embedlog.DefaultSource``, built by :mod:`embedlog.spark.jvm`): a scan it
+reads returns exactly the rows of the Python reader, for every column subset, codec, batch kind
+and range; ``count(*)`` comes from batch headers and equals the rows; ``jvmReader=false`` and
+``read_committed`` keep the Python reader; tasks the JVM does not read (a ``file://`` log) go
+through the Python reader inside the same columnar scan."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Any
+
+import pytest
+from spark_util import BASE_TS, make_log, spark_rows
+
+import embedlog
+from embedlog.spark import jvm
+
+pytestmark = pytest.mark.spark
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.fixture(scope="module")
+def jvm_spark(spark: Any) -> Any:
+    """The shared session, which must have the JVM reader (``javac`` is on this machine)."""
+    if jvm.jar_path(build=False) is None:
+        pytest.skip("the JVM reader was not built (no javac)")
+    return spark
+
+
+@pytest.fixture(scope="module")
+def richlog(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Every codec, headers with null values, null keys/values, several segments, a
+    LOG_APPEND_TIME topic, committed and aborted transactions, a compacted topic with offset
+    gaps, and a log start inside a segment."""
+    path = str(tmp_path_factory.mktemp("jvm") / "log")
+    make_log(path)
+    with embedlog.open(path) as log:
+        for codec in CODECS:
+            log.create_topic(f"c-{codec}", partitions=2,
+                             config={"compression.type": codec, "segment.bytes": 4096})
+            for p in range(2):
+                log.append_batch(
+                    f"c-{codec}", [f"{codec}-{p}-{i}".encode() * (i % 5) for i in range(400)],
+                    keys=[None if i % 9 == 0 else b"k%d" % (i % 17) for i in range(400)],
+                    partition=p, timestamps=[BASE_TS + i for i in range(400)])
+        log.create_topic("appended", partitions=1,
+                         config={"message.timestamp.type": "LogAppendTime"})
+        log.append_batch("appended", [b"a%d" % i for i in range(50)])
+        _transactions(log)
+        _compacted(log)
+        log.create_topic("trimmed", partitions=1, config={"segment.bytes": 1024})
+        log.append_batch("trimmed", [b"t%d" % i for i in range(300)])
+        log.delete_records("trimmed", 0, 137)
+    return path
+
+
+def _transactions(log: embedlog.Log) -> None:
+    log.create_topic("tx", partitions=1)
+    producer = log.producer(transactional_id="tx-id")
+    producer.init_transactions()
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(30):
+            producer.send("tx", f"{outcome}-{i}".encode(), partition=0)
+        if outcome == "commit":
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+
+
+def _compacted(log: embedlog.Log) -> None:
+    log.create_topic("compact", partitions=1,
+                     config={"cleanup.policy": "compact", "segment.bytes": 2048})
+    for round_ in range(6):
+        log.append_batch("compact", [f"v{round_}-{i}".encode() for i in range(40)],
+                         keys=[b"k%d" % (i % 10) for i in range(40)], partition=0)
+    log.compact("compact")
+
+
+def read(spark: Any, path: str, *, jvm_reader: bool = True, **options: Any) -> Any:
+    reader = (spark.read.format("embedlog").option("subscribePattern", ".*")
+              .option("includeHeaders", "true").option("jvmReader", str(jvm_reader).lower()))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(path)
+
+
+def plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_the_jar_holds_the_source_spark_finds(jvm_spark: Any) -> None:
+    jar = jvm.jar_path(build=False)
+    assert jar is not None
+    with zipfile.ZipFile(jar) as z:
+        assert "embedlog/DefaultSource.class" in z.namelist()
+    assert jvm.jar_path() == jar  # built once: the same digest names the same jar
+
+
+def test_every_row_equals_the_python_reader(jvm_spark: Any, richlog: str) -> None:
+    df = read(jvm_spark, richlog)
+    assert "JVM reader" in plan(df)
+    python = read(jvm_spark, richlog, jvm_reader=False)
+    assert "JVM reader" not in plan(python)
+    got = spark_rows(df)
+    assert got == spark_rows(python)
+    topics = {r["topic"] for r in got}
+    assert {f"c-{c}" for c in CODECS} | {"appended", "tx", "compact", "trimmed"} <= topics
+    assert any(r["headers"] and r["headers"][1]["value"] is None for r in got)
+    assert {r["timestampType"] for r in got if r["topic"] == "appended"} == {1}
+    assert min(r["offset"] for r in got if r["topic"] == "trimmed") == 137
+    # read_uncommitted: what Log.read returns (aborted records written too), never markers
+    with embedlog.open(richlog, read_only=True) as log:
+        tx = [r.value for r in log.read("tx", 0)]
+    assert sorted(r["value"] for r in got if r["topic"] == "tx") == sorted(tx)
+
+
+@pytest.mark.parametrize("columns", [
+    ["value"], ["offset", "partition"], ["topic", "timestamp"], ["headers", "key"],
+    ["timestampType", "value", "offset"],
+])
+def test_pruned_columns_equal_the_python_reader(jvm_spark: Any, richlog: str,
+                                                columns: list[str]) -> None:
+    df = read(jvm_spark, richlog).select(*columns)
+    scan = plan(df)
+    assert "JVM reader" in scan
+    scanned = scan.split("BatchScan embedlog[")[1].split("]")[0]
+    assert {attr.split("#")[0] for attr in scanned.split(", ")} == set(columns)  # pruned
+    python = read(jvm_spark, richlog, jvm_reader=False).select(*columns)
+    key = sorted(columns)
+    assert sorted(map(repr, df.toArrow().select(key).to_pylist())) == \
+        sorted(map(repr, python.toArrow().select(key).to_pylist()))
+
+
+def test_count_comes_from_the_scan_and_equals_the_rows(jvm_spark: Any, richlog: str) -> None:
+    df = read(jvm_spark, richlog)
+    counted = df.groupBy().count()
+    assert "count(*) from batch headers" in plan(counted)
+    assert counted.collect()[0][0] == read(jvm_spark, richlog, jvm_reader=False).count()
+    one = read(jvm_spark, richlog, startingOffsets='{"c-zstd": {"0": 7, "1": 0}}',
+               endingOffsets='{"c-zstd": {"0": 333, "1": 1}}',
+               subscribePattern="c-zstd")
+    assert one.count() == (333 - 7) + 1
+
+
+@pytest.mark.parametrize("options", [
+    {"startingOffsets": '{"c-lz4": {"0": 13, "1": 250}}',
+     "endingOffsets": '{"c-lz4": {"0": 371, "1": 251}}', "subscribePattern": "c-lz4"},
+    {"minPartitions": "7"},
+    {"maxRecordsPerPartition": "45"},
+    {"maxRecordsPerBatch": "3"},
+    {"startingOffsets": '{"compact": {"0": 5}}', "subscribePattern": "compact"},
+])
+def test_ranges_and_task_splits_equal_the_python_reader(jvm_spark: Any, richlog: str,
+                                                        options: dict[str, str]) -> None:
+    assert spark_rows(read(jvm_spark, richlog, **options)) == \
+        spark_rows(read(jvm_spark, richlog, jvm_reader=False, **options))
+
+
+def test_read_committed_stays_on_the_python_reader(jvm_spark: Any, richlog: str) -> None:
+    df = read(jvm_spark, richlog, subscribePattern="tx", **{
+        "kafka.isolation.level": "read_committed"})
+    assert "JVM reader" not in plan(df)
+    assert sorted(r["value"] for r in spark_rows(df)) == sorted(
+        f"commit-{i}".encode() for i in range(30) for _ in range(2))
+
+
+def test_a_uri_log_goes_through_the_python_reader_in_a_columnar_scan(
+        jvm_spark: Any, richlog: str) -> None:
+    uri = "file://" + os.path.abspath(richlog)
+    df = read(jvm_spark, uri, subscribePattern="c-gzip|appended")
+    assert "JVM reader" in plan(df)
+    assert spark_rows(df) == spark_rows(read(jvm_spark, richlog, jvm_reader=False,
+                                             subscribePattern="c-gzip|appended"))
+    assert df.groupBy().count().collect()[0][0] == 850
+
+
+def test_an_empty_plan_reads_nothing(jvm_spark: Any, richlog: str) -> None:
+    df = read(jvm_spark, richlog, subscribePattern="trimmed",
+              startingOffsets='{"trimmed": {"0": 200}}', endingOffsets='{"trimmed": {"0": 200}}')
+    assert df.count() == 0
+    assert df.collect() == []
+
+
+def test_a_bad_jvm_reader_option_fails_load(jvm_spark: Any, richlog: str) -> None:
+    with pytest.raises(Exception, match="jvmReader"):
+        read(jvm_spark, richlog, jvm_reader=True, jvmReader="maybe")
+
+
+def test_no_javac_means_no_jar_and_a_warning(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("EMBEDLOG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jvm, "_javac", lambda: None)
+    assert jvm.jar_path() is None
+    monkeypatch.setattr(jvm, "_javac", lambda: "/bin/false")
+    with caplog.at_level("WARNING", logger="embedlog.spark.jvm"):
+        assert jvm.jar_path() is None
+    assert "not built" in caplog.text
+    assert list(tmp_path.iterdir()) == []  # nothing half-written is left
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("0", False), ("off", False), ("1", True),
+                                                ("", True)])
+def test_the_environment_switch(monkeypatch: pytest.MonkeyPatch, value: str,
+                                enabled: bool) -> None:
+    monkeypatch.setenv(jvm.JVM_ENV, value)
+    assert jvm.jvm_enabled() is enabled
