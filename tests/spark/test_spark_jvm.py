@@ -208,3 +208,70 @@ def test_the_environment_switch(monkeypatch: pytest.MonkeyPatch, value: str,
                                 enabled: bool) -> None:
     monkeypatch.setenv(jvm.JVM_ENV, value)
     assert jvm.jvm_enabled() is enabled
+
+
+def _planned(df: Any) -> Any:
+    """The query's RDD: its tasks planned (the Python planner ran), none run yet."""
+    return df._jdf.queryExecution().executedPlan().execute()
+
+
+def _small_log(path: str, records: int = 200) -> None:
+    with embedlog.open(path) as log:
+        log.create_topic("d", partitions=1, config={"segment.bytes": 1024})
+        log.append_batch("d", [b"x%d" % i for i in range(records)])
+
+
+@pytest.mark.parametrize("jvm_reader", [True, False])
+def test_records_deleted_after_planning_are_data_loss(jvm_spark: Any, tmp_path: Any,
+                                                      jvm_reader: bool) -> None:
+    """As the Python reader: a range whose start was deleted after planning fails the task
+    naming failOnDataLoss, or with failOnDataLoss=false reads what is left."""
+    path = str(tmp_path / "log")
+    _small_log(path)
+    strict = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d"))
+    lenient = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d",
+                            failOnDataLoss="false"))
+    with embedlog.open(path) as log:
+        log.delete_records("d", 0, 120)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.count()
+    assert lenient.count() == 80
+
+
+@pytest.mark.parametrize("jvm_reader", [True, False])
+def test_a_partition_shorter_than_planned_is_data_loss(jvm_spark: Any, tmp_path: Any,
+                                                       jvm_reader: bool) -> None:
+    """The topic deleted and created again with fewer records after planning: the planned end
+    is past the partition's end."""
+    path = str(tmp_path / "log")
+    _small_log(path)
+    strict = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d"))
+    lenient = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d",
+                            failOnDataLoss="false"))
+    with embedlog.open(path) as log:
+        log.delete_topic("d")
+        log.create_topic("d", partitions=1)
+        log.append_batch("d", [b"y%d" % i for i in range(10)])
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.count()
+    assert lenient.count() == 10
+
+
+def test_a_task_the_jvm_leaves_half_way_is_finished_by_the_python_reader(
+        jvm_spark: Any, tmp_path: Any) -> None:
+    """Two small partitions share one task; the second shows a compaction swap in progress (a
+    ``.swap`` copy of its segment), which the JVM leaves to the Python reader: its rows come
+    from there, the first partition's rows once, from the JVM."""
+    path = str(tmp_path / "log")
+    with embedlog.open(path) as log:
+        log.create_topic("s", partitions=2)
+        for p in range(2):
+            log.append_batch("s", [b"s%d-%d" % (p, i) for i in range(40)], partition=p)
+    expected = spark_rows(read(jvm_spark, path, jvm_reader=False, subscribePattern="s"))
+    segment = os.path.join(path, "s-1", "00000000000000000000.log")
+    with open(segment, "rb") as f, open(segment + ".swap", "wb") as out:
+        out.write(f.read())
+    df = read(jvm_spark, path, subscribePattern="s", maxRecordsPerBatch="7", minPartitions="1")
+    assert df.rdd.getNumPartitions() == 1
+    assert spark_rows(df) == expected
+    assert df.groupBy().count().collect()[0][0] == 80
