@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 from spark_util import BASE_TS, make_log, spark_rows
 
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
 import embedlog
 from embedlog.spark import jvm
 

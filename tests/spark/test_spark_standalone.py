@@ -19,7 +19,11 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
 import embedlog
+from embedlog.spark.jvm import jar_path
 from s3_endpoint import moto_s3, upload
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -143,6 +147,10 @@ def test_a_standalone_cluster_reads_what_embedlog_reads(
         read = got["reads"][source]
         assert read["batch"] == want, source
         assert read["stream"] == want, source
+        assert read["count"] == len(want), source
+        # the JVM reader answers for the format on the cluster too (a URI's tasks inside it
+        # are the Python reader's)
+        assert read["jvm"] is (jar_path(build=False) is not None), source
         # The tasks ran in executor processes of the workers, not in the application's.
         assert read["pids"] and got["driver_pid"] not in read["pids"]
     shutil.rmtree(scratch)
