@@ -58,6 +58,8 @@ def _wheel_and_report(work: str, env: dict[str, str],
         names = z.namelist()
     assert any(n.startswith("pyspark_embedlog/") for n in names)
     assert not [n for n in names if n.endswith((".c", ".h"))]
+    # the JVM reader's sources, compiled on first use (embedlog.spark.jvm)
+    assert "embedlog/spark/java/embedlog/DefaultSource.java" in names
     subprocess.run([*pip, "install", "-q", "--no-deps", wheel], check=True, cwd=work)
     report = subprocess.run(
         [os.path.join(venv, "bin", "python"), "-c",
