@@ -278,3 +278,24 @@ def test_a_task_the_jvm_leaves_half_way_is_finished_by_the_python_reader(
     assert df.rdd.getNumPartitions() == 1
     assert spark_rows(df) == expected
     assert df.groupBy().count().collect()[0][0] == 80
+
+
+@pytest.mark.parametrize("jvm_reader", [True, False])
+def test_a_topic_deleted_after_planning_is_data_loss(jvm_spark: Any, tmp_path: Any,
+                                                     jvm_reader: bool) -> None:
+    """As Spark's Kafka source: an error naming failOnDataLoss, or with failOnDataLoss=false
+    the rows of what is left (here the other topic of the same task)."""
+    path = str(tmp_path / "log")
+    _small_log(path)
+    with embedlog.open(path) as log:
+        log.create_topic("e", partitions=1)
+        log.append_batch("e", [b"e%d" % i for i in range(20)])
+    planned = {
+        flag: _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d|e",
+                            minPartitions="1", failOnDataLoss=flag))
+        for flag in ("true", "false")}
+    with embedlog.open(path) as log:
+        log.delete_topic("d")
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        planned["true"].count()
+    assert planned["false"].count() == 20

@@ -31,7 +31,7 @@ from pyspark.sql.datasource import InputPartition
 from .. import metadata
 from ..arrow.columns import ArrowBatcher
 from ..arrow.isolation import committed_batches
-from ..errors import CorruptionError, OffsetOutOfRangeError, UsageError
+from ..errors import CorruptionError, OffsetOutOfRangeError, UnknownTopicError, UsageError
 from ..log import Log
 from ..log import open as open_log
 from ..opener import open as open_any
@@ -65,6 +65,8 @@ class ReadTask(InputPartition):  # type: ignore[misc]
     active segments have no offset gap, a rule the JVM reader (:mod:`embedlog.spark.jvm`)
     applies as the Python views do."""
 
+
+GONE = "the partition no longer exists (its topic was deleted after planning)"
 
 _LOGS: dict[tuple[str, int, int], Log] = {}
 _VIEWS: dict[tuple[str, int, int], FolderView | RemoteView] = {}
@@ -148,7 +150,15 @@ def read_task(
         return
     view = reader_view(task.path)
     for topic, partition, start, end in task.ranges:
-        p = view.reader(topic, partition, end)
+        try:
+            p = view.reader(topic, partition, end)
+        except UnknownTopicError:  # deleted after planning: data loss, as in Kafka's source
+            if task.fail_on_data_loss and start < end:
+                raise OffsetOutOfRangeError(
+                    f"{topic}-{partition}: offsets [{start}, {end}) planned for this task are "
+                    f"no longer in the log: {GONE}. Set failOnDataLoss=false to read what is "
+                    "left instead") from None
+            continue
         checked = _check(p.start_offset, p.end_offset, task, topic, partition, start, end)
         if checked is None:
             continue

@@ -26,6 +26,10 @@ import java.util.Arrays;
 final class TaskScan implements Closeable {
     /** The tiered log's root file (naming.TIERING_FILE): its older segments may be remote. */
     static final String TIERING_FILE = "embedlog.tiering";
+    /** A partition with no batch left at all: its folder went with its topic (spark/scan.py
+     *  says the same, GONE, when the topic is unknown), or it was emptied. */
+    static final String GONE = "the partition holds no batch any more (its topic was deleted "
+        + "after planning?)";
 
     private final TaskSpec spec;
     private final Path logDir;
@@ -47,8 +51,8 @@ final class TaskScan implements Closeable {
         if (spec.ranges().length == 0) {
             return new TaskScan(spec, null);
         }
-        Path dir = Paths.get(spec.path());
-        if (!Files.isDirectory(dir, LinkOption.NOFOLLOW_LINKS)
+        Path dir = Paths.get(spec.path());  // the caller's path: a link to a folder is fine
+        if (!Files.isDirectory(dir)
                 || Files.exists(dir.resolve(TIERING_FILE), LinkOption.NOFOLLOW_LINKS)) {
             return null;
         }
@@ -135,7 +139,7 @@ final class TaskScan implements Closeable {
         scan.close();
         scan = null;
         if (reached < range.end()) {
-            lost(Long.MIN_VALUE, Math.max(reached, 0));
+            lost(Long.MIN_VALUE, reached);
         }
     }
 
@@ -143,13 +147,14 @@ final class TaskScan implements Closeable {
      *  start to read from ({@code logStart}). */
     private long lost(long logStart, long logEnd) throws OffsetOutOfRangeException {
         if (spec.failOnDataLoss()) {
-            String now = logStart != Long.MIN_VALUE ? "starts at " + logStart
-                                                    : "ends at " + logEnd;
+            String now = logStart != Long.MIN_VALUE
+                ? "are no longer all in the log, which now starts at " + logStart
+                : logEnd >= 0 ? "are no longer all in the log, which now ends at " + logEnd
+                : "are no longer in the log: " + GONE;
             throw new OffsetOutOfRangeException(range.topic() + "-" + range.partition()
                 + ": offsets [" + range.start() + ", " + range.end() + ") planned for this task "
-                + "are no longer all in the log, which now " + now + " (retention or "
-                + "truncation ran after planning). Set failOnDataLoss=false to read what is "
-                + "left instead");
+                + now + " (retention, truncation or a deletion ran after planning). Set "
+                + "failOnDataLoss=false to read what is left instead");
         }
         return logStart;
     }
