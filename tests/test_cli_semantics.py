@@ -163,3 +163,30 @@ def test_produce_refuses_an_empty_key_separator(log: embedlog.Log,
     assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
     with embedlog.open(log_dir, read_only=True) as view:
         assert view.end_offset("t", 0) == 0
+
+
+def test_delete_records_refuses_a_compact_only_topic_as_kafka(tmp_path: Any) -> None:
+    """Kafka's DeleteRecords is a PolicyViolation on a topic whose cleanup.policy lacks
+    ``delete``; the CLI checks it with the other targets, before deleting anything."""
+    path = str(tmp_path / "log")
+    with embedlog.open(path) as log:
+        log.create_topic("plain", partitions=1)
+        log.create_topic("keys", partitions=1, config={"cleanup.policy": "compact"})
+        log.create_topic("both", partitions=1, config={"cleanup.policy": "compact,delete"})
+        for topic in ("plain", "keys", "both"):
+            log.append_batch(topic, [b"v%d" % i for i in range(10)],
+                             keys=[b"k%d" % i for i in range(10)])
+        with pytest.raises(embedlog.PolicyViolationError, match=r"cleanup\.policy"):
+            log.delete_records("keys", 0, 5)
+        assert log.start_offset("keys", 0) == 0
+        assert log.delete_records("both", 0, 3) == 3
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "plain", "partition": 0, "offset": 5},
+        {"topic": "keys", "partition": 0, "offset": 5}]}))
+    result = CliRunner(env={"EMBEDLOG_DIR": path}).invoke(
+        cli, ["delete-records", "--offset-json-file", str(spec)], prog_name="embedlog")
+    assert result.exit_code != 0
+    assert "cleanup.policy" in result.output
+    with embedlog.open(path, read_only=True) as log:
+        assert log.start_offset("plain", 0) == 0  # nothing was deleted

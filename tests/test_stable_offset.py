@@ -48,7 +48,8 @@ def test_incremental_last_stable_offset_equals_a_full_read(ops: list[tuple[Any, 
     work = pathlib.Path(tempfile.mkdtemp(prefix="embedlog-lso-"))
     try:
         with embedlog.open(work / "log") as log:
-            log.create_topic("t", config={"segment.bytes": 1024, "cleanup.policy": "compact"})
+            log.create_topic("t", config={"segment.bytes": 1024,
+                                          "cleanup.policy": "compact,delete"})
             _run(log, ops)
     finally:
         shutil.rmtree(work)

@@ -158,9 +158,10 @@ def test_the_cleaner_stops_at_the_log_start_of_such_a_transaction(tmp_path: path
                                                                   ) -> None:
     """The cleaner cleans nothing past the last stable offset: not the duplicates behind the
     log start while the transaction whose first batch was deleted is open, as Kafka's
-    ``cleanableOffsets`` bounds it."""
+    ``cleanableOffsets`` bounds it. (``compact,delete``: records of a compact-only topic
+    cannot be deleted, as in Kafka.)"""
     with embedlog.open(tmp_path / "log", upkeep=False) as log:
-        log.create_topic("t", config={"cleanup.policy": "compact"})
+        log.create_topic("t", config={"cleanup.policy": "compact,delete"})
         p = log.producer(transactional_id="x")
         p.init_transactions()
         p.begin_transaction()

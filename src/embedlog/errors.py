@@ -33,6 +33,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "PartitionQuarantinedError",
+    "PolicyViolationError",
     "ProducerFencedError",
     "ReadOnlyError",
     "RecordTooLargeError",
@@ -112,6 +113,11 @@ class NotALogError(UsageError):
 
 class RecordTooLargeError(UsageError, ValueError):
     """A batch would exceed the topic's ``max.message.bytes``."""
+
+
+class PolicyViolationError(UsageError):
+    """The topic's configuration forbids the operation: deleting records of a topic whose
+    ``cleanup.policy`` does not include ``delete`` (Kafka's ``PolicyViolationException``)."""
 
 
 class GroupError(UsageError):

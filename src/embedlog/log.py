@@ -349,8 +349,8 @@ class Log(TransactionAdmin):
     # ------------------------------------------------------------------ deletion
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        """Make every record below ``before_offset`` unreadable and free whole segments below
-        it (Kafka's DeleteRecords). Returns the new log start offset."""
+        """Records below ``before_offset`` unreadable, whole segments below it freed; returns the
+        new log start (Kafka's DeleteRecords: cleanup.policy must include ``delete``)."""
         self._check_writer()
         p = self._partition_of(topic, partition)
         start = p.delete_records(_validate.offset(before_offset, "before_offset"))

@@ -52,7 +52,7 @@ from .group_commit import GroupCommit, Queued
 from .manifest import write_manifest
 from .producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerStateTable
 from .records import Record
-from .retention import expired
+from .retention import check_deletable, expired
 from .segment import format as fmt
 from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
@@ -438,11 +438,10 @@ class Partition:
         below it are deleted. Returns the new log start offset."""
         with self.lock, self.poison_on_error():
             self.check_writable()
+            check_deletable(self.topic, self.partition, self.config)
             if before > self.end_offset or before < 0:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records before {before}: {self.topic}-{self.partition} "
-                    f"ends at {self.end_offset}"
-                )
+                raise OffsetOutOfRangeError(f"cannot delete records before {before}: {self.topic}"
+                                            f"-{self.partition} ends at {self.end_offset}")
             if before > self.start_offset:
                 # on disk first: a checkpointed log start past the end is damage on open
                 self._flush_active()

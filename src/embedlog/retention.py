@@ -7,6 +7,9 @@ Rules: only closed segments go, never the active (last) one; segments go strictl
 front; a segment goes by time when its newest timestamp (its file's modification time when it
 holds no timestamp) is more than ``retention.ms`` before ``now``, by size when the partition
 without it still holds at least ``retention.bytes``; a negative setting disables that rule.
+Records are deleted only from topics whose ``cleanup.policy`` includes ``delete``: Kafka's
+DeleteRecords refuses a compact-only topic (:func:`check_deletable`), as its retention passes
+it over.
 """
 
 from __future__ import annotations
@@ -14,7 +17,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["Measured", "expired", "segment_time"]
+from .config import TopicConfig
+from .errors import PolicyViolationError
+
+__all__ = ["Measured", "check_deletable", "expired", "segment_time"]
+
+
+def check_deletable(topic: str, partition: int, config: TopicConfig) -> None:
+    """Raise :class:`PolicyViolationError` unless records of the topic may be deleted (its
+    ``cleanup.policy`` includes ``delete``)."""
+    if not config.delete:
+        raise PolicyViolationError(
+            f"records of {topic}-{partition} cannot be deleted: its cleanup.policy is "
+            f"{config.cleanup_policy!r} (deleting records needs 'delete' in it)")
 
 
 class Measured(Protocol):

@@ -11,6 +11,7 @@ import click
 
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
+from ..retention import check_deletable
 from .options import dir_option, json_option, open_log, parse_time_ms, select_partitions
 from .output import echo_json
 
@@ -116,6 +117,7 @@ def _checked(log: Log, targets: list[tuple[str, int, int]]) -> list[tuple[str, i
     out = []
     for t, p, before in targets:
         select_partitions(log, t, [p])
+        check_deletable(t, p, log.topic_config(t))
         end = log.end_offset(t, p)
         before = end if before == LATEST else before
         if not 0 <= before <= end:
@@ -138,8 +140,9 @@ def _checked(log: Log, targets: list[tuple[str, int, int]]) -> list[tuple[str, i
 def delete_records(topic: str | None, partition: int | None, offset: int | None,
                    offset_json_file: str | None, log_dir: str, as_json: bool) -> None:
     """Move the log start offset up: records below the offset become unreadable and whole
-    segments below it are deleted. Every partition and offset is checked first: a request that
-    fails deletes nothing."""
+    segments below it are deleted. Every partition and offset is checked first (and that the
+    topic's cleanup.policy includes delete, as Kafka's): a request that fails deletes
+    nothing."""
     with open_log(log_dir, write=True) as log:
         targets = _checked(log, _targets(log, topic, partition, offset, offset_json_file))
         done = [{"topic": t, "partition": p, "low_watermark": log.delete_records(t, p, before)}
