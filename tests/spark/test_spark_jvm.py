@@ -26,10 +26,23 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 @pytest.fixture(scope="module")
 def jvm_spark(spark: Any) -> Any:
-    """The shared session, which must have the JVM reader (``javac`` is on this machine)."""
-    if jvm.jar_path(build=False) is None:
-        pytest.skip("the JVM reader was not built (no javac)")
+    """The shared session, when it has the JVM reader (a ``javac`` to build it, and not
+    ``EMBEDLOG_SPARK_JVM=0``)."""
+    return _with_jvm(spark)
+
+
+def _with_jvm(spark: Any) -> Any:
+    jar = jvm.jar_path(build=False)
+    if jar is None or jar not in spark.sparkContext.getConf().get("spark.jars", ""):
+        pytest.skip("the session has no JVM reader (no javac, or EMBEDLOG_SPARK_JVM=0)")
     return spark
+
+
+@pytest.fixture(params=[True, False], ids=["jvm", "python"])
+def reader_spark(request: pytest.FixtureRequest, spark: Any) -> tuple[Any, bool]:
+    """The shared session and which reader a test reads with (the JVM one only when the
+    session has it; the Python one always)."""
+    return (_with_jvm(spark) if request.param else spark), request.param
 
 
 @pytest.fixture(scope="module")
@@ -224,11 +237,11 @@ def _small_log(path: str, records: int = 200) -> None:
         log.append_batch("d", [b"x%d" % i for i in range(records)])
 
 
-@pytest.mark.parametrize("jvm_reader", [True, False])
-def test_records_deleted_after_planning_are_data_loss(jvm_spark: Any, tmp_path: Any,
-                                                      jvm_reader: bool) -> None:
+def test_records_deleted_after_planning_are_data_loss(reader_spark: tuple[Any, bool],
+        tmp_path: Any) -> None:
     """As the Python reader: a range whose start was deleted after planning fails the task
     naming failOnDataLoss, or with failOnDataLoss=false reads what is left."""
+    jvm_spark, jvm_reader = reader_spark
     path = str(tmp_path / "log")
     _small_log(path)
     strict = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d"))
@@ -241,11 +254,11 @@ def test_records_deleted_after_planning_are_data_loss(jvm_spark: Any, tmp_path: 
     assert lenient.count() == 80
 
 
-@pytest.mark.parametrize("jvm_reader", [True, False])
-def test_a_partition_shorter_than_planned_is_data_loss(jvm_spark: Any, tmp_path: Any,
-                                                       jvm_reader: bool) -> None:
+def test_a_partition_shorter_than_planned_is_data_loss(reader_spark: tuple[Any, bool],
+        tmp_path: Any) -> None:
     """The topic deleted and created again with fewer records after planning: the planned end
     is past the partition's end."""
+    jvm_spark, jvm_reader = reader_spark
     path = str(tmp_path / "log")
     _small_log(path)
     strict = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d"))
@@ -280,11 +293,11 @@ def test_a_task_the_jvm_leaves_half_way_is_finished_by_the_python_reader(
     assert df.groupBy().count().collect()[0][0] == 80
 
 
-@pytest.mark.parametrize("jvm_reader", [True, False])
-def test_a_topic_deleted_after_planning_is_data_loss(jvm_spark: Any, tmp_path: Any,
-                                                     jvm_reader: bool) -> None:
+def test_a_topic_deleted_after_planning_is_data_loss(reader_spark: tuple[Any, bool],
+        tmp_path: Any) -> None:
     """As Spark's Kafka source: an error naming failOnDataLoss, or with failOnDataLoss=false
     the rows of what is left (here the other topic of the same task)."""
+    jvm_spark, jvm_reader = reader_spark
     path = str(tmp_path / "log")
     _small_log(path)
     with embedlog.open(path) as log:
