@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -295,3 +297,59 @@ def test_spread_groups_records_by_partition_in_order() -> None:
     where = {i: part for part, idx in groups for i in idx}
     assert where[0] == where[3] and where[1] == where[4] == 2
     assert all(idx == sorted(idx) for _, idx in groups)
+
+
+def test_a_write_reaching_a_closed_partition_is_refused(tmp_path: pathlib.Path) -> None:
+    """A durable append queued in the group commit when the log closes reaches the partition
+    after its close: LogClosedError, as every write to a closed log (it was a bare
+    IndexError from the emptied segment list), and nothing is written."""
+    p = _open(tmp_path / "t-0")
+    p.append_encoded(_batch(b"a"))
+    p.close()
+    for write in (lambda: p.append_encoded(_batch(b"late")), lambda: p.delete_records(1),
+                  lambda: p.sync_through(5)):
+        with pytest.raises(embedlog.LogClosedError, match="closed"):
+            write()
+    reopened = _open(tmp_path / "t-0")
+    assert _values(reopened) == [b"a"]
+    reopened.close()
+
+
+def test_durable_appends_racing_close_are_written_or_refused(tmp_path: pathlib.Path) -> None:
+    """Writers appending with ``durability="fsync"`` while another thread closes the log get
+    an offset (then the record is there after a reopen) or LogClosedError, nothing else."""
+    for trial in range(20):
+        path = tmp_path / str(trial)
+        acked, errors = _append_while_closing(path)
+        assert errors == []
+        with embedlog.open(path, read_only=True) as view:
+            stored = {r.offset for r in view.read("t", 0)}
+        assert set(acked) <= stored
+
+
+def _append_while_closing(path: pathlib.Path) -> tuple[list[int], list[BaseException]]:
+    """Four threads appending durably until the log, closed by this one, refuses them: the
+    offsets acknowledged and any error other than LogClosedError."""
+    log = embedlog.open(path, durability="fsync")
+    log.create_topic("t")
+    acked: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        while True:
+            try:
+                acked.append(log.append("t", b"x", partition=0).offset)
+            except embedlog.LogClosedError:
+                return
+            except BaseException as exc:  # anything else is the failure
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.01)
+    log.close()
+    for t in threads:
+        t.join(10)
+    return acked, errors

@@ -1,10 +1,9 @@
 """A partition: an ordered run of segments in ``<topic>-<partition>/``.
 
 A partition appends, reads, rolls and applies retention. Opening its folder (recovery, swaps,
-the manifest check) is :mod:`embedlog.loader`'s, turning records into batches
-:mod:`embedlog.batch_writer`'s, group commit :mod:`embedlog.group_commit`'s, the read side
-(range capture, a read-only view's refresh and rescans) :mod:`embedlog.partition_read`'s, which
-segments retention deletes :mod:`embedlog.retention`'s.
+the manifest check) is :mod:`embedlog.loader`'s, encoding :mod:`embedlog.batch_writer`'s, group
+commit :mod:`embedlog.group_commit`'s, the read side (range capture, a view's refresh and
+rescans) :mod:`embedlog.partition_read`'s, retention's choice :mod:`embedlog.retention`'s.
 
 Invariants:
 
@@ -18,7 +17,7 @@ Invariants:
 * at most one :class:`TailBatch` holds a reservation of the tail; anything else that appends,
   flushes or closes writes it first, so offsets handed out are never given to anyone else;
 * in ``fsync`` durability an append returns only after the data is on disk; concurrent appenders
-  share one fsync (group commit).
+  share one fsync (group commit); after :meth:`Partition.close` every write is refused.
 
 **The tail contract** (all that writers use): :meth:`Partition.reserve` the tail for a batch,
 :meth:`Partition.settle` (write) what was reserved, :meth:`Partition.append_encoded` a batch,
@@ -43,6 +42,7 @@ from .config import TopicConfig
 from .errors import (
     CorruptionError,
     EmbedlogError,
+    LogClosedError,
     LogPoisonedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -399,8 +399,9 @@ class Partition:
                 except StorageError:
                     if self.poisoned is None:
                         raise
-            self.segments = []
-            self._bases = []
+            self.segments, self._bases = [], []
+            self.refusal = self.refusal or functools.partial(  # a round queued before the close
+                LogClosedError, f"{self.topic}-{self.partition} is closed")
 
     # ------------------------------------------------------------------ reading
 
