@@ -120,7 +120,7 @@ def test_transactional_compacted_export_equals_the_consumer(
     """Aborted records hidden, open transactions withheld, markers never shown, compaction's
     gaps kept: the rows a consumer of the same isolation level polls."""
     with scratch_log() as log:
-        log.create_topic("t", config={"segment.bytes": 1024, "cleanup.policy": "compact"})
+        log.create_topic("t", config={"segment.bytes": 1024, "cleanup.policy": "compact,delete"})
         producers = {n: log.producer(transactional_id=n, compression=c)
                      for n, c in (("a", "gzip"), ("b", None))}
         for p in producers.values():
