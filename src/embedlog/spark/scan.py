@@ -66,7 +66,7 @@ class ReadTask(InputPartition):  # type: ignore[misc]
     applies as the Python views do."""
 
 
-GONE = "the partition no longer exists (its topic was deleted after planning)"
+_GONE = "the partition no longer exists (its topic was deleted after planning)"
 
 _LOGS: dict[tuple[str, int, int], Log] = {}
 _VIEWS: dict[tuple[str, int, int], FolderView | RemoteView] = {}
@@ -156,7 +156,7 @@ def read_task(
             if task.fail_on_data_loss and start < end:
                 raise OffsetOutOfRangeError(
                     f"{topic}-{partition}: offsets [{start}, {end}) planned for this task are "
-                    f"no longer in the log: {GONE}. Set failOnDataLoss=false to read what is "
+                    f"no longer in the log: {_GONE}. Set failOnDataLoss=false to read what is "
                     "left instead") from None
             continue
         checked = _check(p.start_offset, p.end_offset, task, topic, partition, start, end)

@@ -27,7 +27,7 @@ final class TaskScan implements Closeable {
     /** The tiered log's root file (naming.TIERING_FILE): its older segments may be remote. */
     static final String TIERING_FILE = "embedlog.tiering";
     /** A partition with no batch left at all: its folder went with its topic (spark/scan.py
-     *  says the same, GONE, when the topic is unknown), or it was emptied. */
+     *  says the same, _GONE, when the topic is unknown), or it was emptied. */
     static final String GONE = "the partition holds no batch any more (its topic was deleted "
         + "after planning?)";
 
