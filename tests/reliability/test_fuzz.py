@@ -153,8 +153,10 @@ def run_targets(seconds: int) -> dict[str, tuple[int, int, str]]:
 
 def test_fuzz_targets_smoke(request: pytest.FixtureRequest) -> None:
     """A few seconds each: the targets start, run and accept their seeds. Left out of a run
-    that also runs the full fuzzing below, which checks the same and more."""
-    if "not slow" not in str(request.config.getoption("markexpr", "")):
+    that also runs the full fuzzing below, which checks the same and more (it is left out by
+    ``-m "not slow"`` and by ``EMBEDLOG_QUICK=1``)."""
+    quick = os.environ.get("EMBEDLOG_QUICK") == "1"
+    if not quick and "not slow" not in str(request.config.getoption("markexpr", "")):
         pytest.skip("the full fuzzing runs in this session (test_fuzz_targets_full)")
     _check_targets(run_targets(3))
 
