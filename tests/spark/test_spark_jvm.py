@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -237,40 +238,45 @@ def _small_log(path: str, records: int = 200) -> None:
         log.append_batch("d", [b"x%d" % i for i in range(records)])
 
 
+def _data_loss_after_planning(reader_spark: tuple[Any, bool], path: str,
+                              change: Callable[[embedlog.Log], object], left: int,
+                              **options: str) -> None:
+    """Plan a read of ``path`` with failOnDataLoss true and false, ``change`` the log, then run
+    both: the first fails naming failOnDataLoss, the second reads the ``left`` rows left."""
+    spark, jvm_reader = reader_spark
+    planned = {flag: _planned(read(spark, path, jvm_reader=jvm_reader,
+                                   failOnDataLoss=flag, **options))
+               for flag in ("true", "false")}
+    with embedlog.open(path) as log:
+        change(log)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        planned["true"].count()
+    assert planned["false"].count() == left
+
+
 def test_records_deleted_after_planning_are_data_loss(reader_spark: tuple[Any, bool],
         tmp_path: Any) -> None:
     """As the Python reader: a range whose start was deleted after planning fails the task
     naming failOnDataLoss, or with failOnDataLoss=false reads what is left."""
-    jvm_spark, jvm_reader = reader_spark
     path = str(tmp_path / "log")
     _small_log(path)
-    strict = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d"))
-    lenient = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d",
-                            failOnDataLoss="false"))
-    with embedlog.open(path) as log:
-        log.delete_records("d", 0, 120)
-    with pytest.raises(Exception, match="failOnDataLoss"):
-        strict.count()
-    assert lenient.count() == 80
+    _data_loss_after_planning(reader_spark, path, lambda log: log.delete_records("d", 0, 120),
+                              80, subscribePattern="d")
 
 
 def test_a_partition_shorter_than_planned_is_data_loss(reader_spark: tuple[Any, bool],
         tmp_path: Any) -> None:
     """The topic deleted and created again with fewer records after planning: the planned end
     is past the partition's end."""
-    jvm_spark, jvm_reader = reader_spark
     path = str(tmp_path / "log")
     _small_log(path)
-    strict = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d"))
-    lenient = _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d",
-                            failOnDataLoss="false"))
-    with embedlog.open(path) as log:
+
+    def recreate(log: embedlog.Log) -> None:
         log.delete_topic("d")
         log.create_topic("d", partitions=1)
         log.append_batch("d", [b"y%d" % i for i in range(10)])
-    with pytest.raises(Exception, match="failOnDataLoss"):
-        strict.count()
-    assert lenient.count() == 10
+
+    _data_loss_after_planning(reader_spark, path, recreate, 10, subscribePattern="d")
 
 
 def test_a_task_the_jvm_leaves_half_way_is_finished_by_the_python_reader(
@@ -297,18 +303,22 @@ def test_a_topic_deleted_after_planning_is_data_loss(reader_spark: tuple[Any, bo
         tmp_path: Any) -> None:
     """As Spark's Kafka source: an error naming failOnDataLoss, or with failOnDataLoss=false
     the rows of what is left (here the other topic of the same task)."""
-    jvm_spark, jvm_reader = reader_spark
     path = str(tmp_path / "log")
     _small_log(path)
     with embedlog.open(path) as log:
         log.create_topic("e", partitions=1)
         log.append_batch("e", [b"e%d" % i for i in range(20)])
-    planned = {
-        flag: _planned(read(jvm_spark, path, jvm_reader=jvm_reader, subscribePattern="d|e",
-                            minPartitions="1", failOnDataLoss=flag))
-        for flag in ("true", "false")}
-    with embedlog.open(path) as log:
-        log.delete_topic("d")
-    with pytest.raises(Exception, match="failOnDataLoss"):
-        planned["true"].count()
-    assert planned["false"].count() == 20
+    _data_loss_after_planning(reader_spark, path, lambda log: log.delete_topic("d"), 20,
+                              subscribePattern="d|e", minPartitions="1")
+
+
+def test_planned_tasks_name_the_dense_topics_planning_read(richlog: str) -> None:
+    """The JVM reader applies the dense-active-segment rule to the topics embedlog created:
+    planning hands them on from the embedlog.json it read (no second read)."""
+    from embedlog.spark.schema import kafka_schema
+    from embedlog.spark.source import EmbedlogDataSource
+
+    reader = EmbedlogDataSource({"path": richlog, "subscribePattern": "c-.*|appended"}).reader(
+        kafka_schema())
+    tasks = reader.partitions()
+    assert tasks and all(set(t.dense) == {r[0] for r in t.ranges} for t in tasks)

@@ -88,6 +88,7 @@ class FolderView:
             raise UsageError(f"no log directory at {path}")
         self.path = os.path.abspath(path)
         self._topics: dict[str, tuple[int, TopicConfig]] | None = None
+        self._dense: frozenset[str] = frozenset()
         self._starts: dict[TopicPartition, int] | None = None
         self._starts_seen: tuple[int, int, int, int] | None = None
         self._bounds: dict[tuple[str, int], PartitionBounds] = {}
@@ -113,8 +114,16 @@ class FolderView:
 
     def _topic_table(self) -> dict[str, tuple[int, TopicConfig]]:
         if self._topics is None:
-            self._topics = metadata.read_topics(self.path)
+            dense: set[str] = set()
+            self._topics = metadata.read_topics(self.path, dense=dense)
+            self._dense = frozenset(dense)
         return self._topics
+
+    def dense_topics(self) -> frozenset[str]:
+        """The topics embedlog created (``"dense"`` in ``embedlog.json``; none in a Kafka
+        folder): their active segments have no offset gap."""
+        self._topic_table()
+        return self._dense
 
     def topics(self) -> list[str]:
         return sorted(self._topic_table())

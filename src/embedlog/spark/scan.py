@@ -19,19 +19,17 @@ the task rather than silently skipping the withheld records.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from .. import metadata
 from ..arrow.columns import ArrowBatcher
 from ..arrow.isolation import committed_batches
-from ..errors import CorruptionError, OffsetOutOfRangeError, UnknownTopicError, UsageError
+from ..errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from ..log import Log
 from ..log import open as open_log
 from ..opener import open as open_any
@@ -74,27 +72,18 @@ _LOCK = threading.Lock()
 
 
 def make_tasks(path: str, planned: Sequence[Sequence[OffsetRange]], *,
-               fail_on_data_loss: bool, read_committed: bool) -> list[InputPartition]:
-    """Spark input partitions for planned tasks. Spark turns an empty list into one
+               fail_on_data_loss: bool, read_committed: bool,
+               dense: Collection[str] = ()) -> list[InputPartition]:
+    """Spark input partitions for planned tasks (``dense``: the topics planning found marked
+    dense, :attr:`ReadTask.dense`). Spark turns an empty list into one
     ``InputPartition(None)``; :func:`read_task` reads nothing for it, so a query with nothing
     to read returns no rows (as Kafka's source does)."""
-    dense = _dense_topics(path)
     return [
         ReadTask(path, tuple((r.topic, r.partition, r.start, r.end) for r in task),
                  fail_on_data_loss, sum(r.size_bytes for r in task), read_committed,
-                 tuple(sorted({r.topic for r in task} & dense)))
+                 tuple(sorted({r.topic for r in task}.intersection(dense))))
         for task in planned
     ]
-
-
-def _dense_topics(path: str) -> set[str]:
-    """The topics ``embedlog.json`` marks dense (none for a URI or a Kafka folder; a damaged
-    file is planning's to report, which has read it already)."""
-    dense: set[str] = set()
-    if not is_uri(path):
-        with contextlib.suppress(CorruptionError, OSError):
-            metadata.read_metadata(path, dense=dense)
-    return dense
 
 
 def planning_log(path: str) -> Log:

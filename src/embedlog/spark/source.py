@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .catalog import FolderView
 from .options import (
     ReadOptions,
     check_read_options,
@@ -104,11 +105,13 @@ class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
             view = planning_view(opts.path, opts.read_committed)
             try:
                 planned = plan_batch(view, opts, self._restrict())
+                # what the JVM reader needs of embedlog.json (it reads local folders only)
+                dense = view.dense_topics() if isinstance(view, FolderView) else ()
             finally:
                 view.close()
             self._planned = make_tasks(opts.path, planned,
                                        fail_on_data_loss=opts.fail_on_data_loss,
-                                       read_committed=opts.read_committed)
+                                       read_committed=opts.read_committed, dense=dense)
         return list(self._planned)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

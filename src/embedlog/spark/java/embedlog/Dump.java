@@ -94,7 +94,8 @@ public final class Dump {
                 .append(", \"value\": ").append(b64(buf, vo, vl)).append(", \"headers\": [");
             if (hc > 0) {
                 boolean[] first = {true};
-                RecordColumns.headers(buf, ho, hc, (k, b, off, len) -> {
+                RecordColumns.headers(buf, ho, hc, (b, koff, klen, off, len) -> {
+                    String k = new String(b, koff, klen, StandardCharsets.UTF_8);
                     sb.append(first[0] ? "" : ", ").append('[').append(quote(k)).append(", ")
                         .append(b64(b, off, len)).append(']');
                     first[0] = false;

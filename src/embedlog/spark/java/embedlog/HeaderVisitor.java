@@ -1,7 +1,8 @@
 package embedlog;
 
-/** Receives the headers of one record: a UTF-8 key (never null) and a value (null when -1). */
+/** Receives the headers of one record: a key (never null, valid UTF-8: the decoder checked it)
+ *  and a value (null when its length is -1), both as bytes of {@code buf}. */
 public interface HeaderVisitor {
-    /** {@code valueLen} is -1 for a null value; the bytes are valid only during the call. */
-    void header(String key, byte[] buf, int valueOff, int valueLen);
+    /** The bytes are valid only during the call. */
+    void header(byte[] buf, int keyOff, int keyLen, int valueOff, int valueLen);
 }

@@ -12,6 +12,8 @@ import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.regex.Pattern;
 
 /**
@@ -112,11 +114,12 @@ final class PartitionFolder {
     }
 
     /**
-     * The entry for {@code topic}/{@code partition} in the log dir's log start checkpoint
-     * (Kafka's text format: version 0, entry count, then {@code topic partition offset}
-     * lines), 0 when there is none or no file. FallbackException when the file does not parse.
+     * The log dir's log start checkpoint (Kafka's text format: version 0, entry count, then
+     * {@code topic partition offset} lines) as {@link #startKey} -> offset (a later line for the
+     * same partition wins); empty when there is no file. FallbackException when the file does
+     * not parse.
      */
-    static long persistedStart(Path logDir, String topic, int partition) throws IOException {
+    static Map<String, Long> persistedStarts(Path logDir) throws IOException {
         Path path = logDir.resolve(LOG_START_CHECKPOINT);
         byte[] bytes;
         try (FileChannel ch = openRegular(path)) {
@@ -125,7 +128,7 @@ final class PartitionFolder {
             }
             bytes = read(ch, 0, (int) ch.size());
         } catch (NoSuchFileException e) {
-            return 0;
+            return Map.of();
         }
         String[] lines = new String(bytes, StandardCharsets.UTF_8).split("\n", -1);
         try {
@@ -136,20 +139,23 @@ final class PartitionFolder {
             if (count < 0 || count > lines.length - 2) {
                 throw new FallbackException("unreadable checkpoint " + path);
             }
-            long found = 0;
+            Map<String, Long> found = new HashMap<>();
             for (int i = 2; i < 2 + count; i++) {
                 String[] f = lines[i].trim().split(" ");
                 if (f.length != 3) {
                     throw new FallbackException("unreadable checkpoint " + path);
                 }
-                if (f[0].equals(topic) && Integer.parseInt(f[1]) == partition) {
-                    found = Long.parseLong(f[2]);
-                }
+                found.put(startKey(f[0], Integer.parseInt(f[1])), Long.parseLong(f[2]));
             }
             return found;
         } catch (NumberFormatException e) {
             throw new FallbackException("unreadable checkpoint " + path, e);
         }
+    }
+
+    /** The key of a partition in {@link #persistedStarts}. */
+    static String startKey(String topic, int partition) {
+        return topic + "\0" + partition;
     }
 
     /** {@code len} bytes at {@code pos} (fewer at the end of the file). */

@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
+import java.util.Map;
 import java.util.zip.CRC32C;
 
 /**
@@ -72,9 +73,20 @@ public final class PartitionScan implements Closeable {
      * have rewritten it with gaps).
      */
     public PartitionScan(Path dir, long start, long end, boolean denseTail) throws IOException {
+        this(dir, start, end, denseTail, null, false);
+    }
+
+    /**
+     * The scan above, for a caller reading many partitions of one log dir: {@code starts} is its
+     * log start checkpoint read once ({@link PartitionFolder#persistedStarts}; null: read it
+     * here), and with {@code clampStart} a start below the log start reads from the log start
+     * ({@link #logStartOffset} tells the caller) instead of raising
+     * {@link OffsetOutOfRangeException}.
+     */
+    public PartitionScan(Path dir, long start, long end, boolean denseTail,
+                         Map<String, Long> starts, boolean clampStart) throws IOException {
         this.dir = dir;
         this.denseTail = denseTail;
-        this.start = start;
         this.end = end;
         String name = dir.getFileName().toString();
         int dash = name.lastIndexOf('-');
@@ -90,17 +102,23 @@ public final class PartitionScan implements Closeable {
         }
         this.bases = PartitionFolder.segmentBases(dir);
         Path parent = dir.toAbsolutePath().getParent();
-        long persisted = parent == null ? 0 : PartitionFolder.persistedStart(parent, topic,
-            partition);
+        Map<String, Long> table = starts != null || parent == null ? starts
+            : PartitionFolder.persistedStarts(parent);
+        long persisted = table == null ? 0
+            : table.getOrDefault(PartitionFolder.startKey(topic, partition), 0L);
         this.logStart = bases.length == 0 ? persisted : Math.max(persisted, bases[0]);
         if (start > end || start < 0) {
             throw new OffsetOutOfRangeException("invalid range [" + start + ", " + end + ") of "
                 + dir);
         }
         if (start < logStart && start < end) {
-            throw new OffsetOutOfRangeException("offset " + start + " is below the log start "
-                + "offset " + logStart + " of " + dir);
+            if (!clampStart) {
+                throw new OffsetOutOfRangeException("offset " + start + " is below the log start "
+                    + "offset " + logStart + " of " + dir);
+            }
+            start = Math.min(logStart, end);
         }
+        this.start = start;
         done = start >= end || bases.length == 0;
     }
 

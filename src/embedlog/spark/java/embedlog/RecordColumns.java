@@ -1,6 +1,5 @@
 package embedlog;
 
-import java.nio.charset.StandardCharsets;
 
 /**
  * The records of one decoded batch as reusable columns over {@link #data} (the batch's bytes
@@ -228,11 +227,11 @@ public final class RecordColumns {
             long k = validVarint(buf, p);
             int kl = (int) (k >> 32);
             p = (int) k;
-            String key = new String(buf, p, kl, StandardCharsets.UTF_8);
+            int ko = p;
             long val = validVarint(buf, p + kl);
             int vl = (int) (val >> 32);
             p = (int) val;
-            v.header(key, buf, p, vl);
+            v.header(buf, ko, kl, p, vl);
             p += Math.max(vl, 0);
         }
     }

@@ -7,6 +7,7 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.Arrays;
+import java.util.Map;
 
 /**
  * The JVM's read of one planned task ({@link TaskSpec}): its ranges in order, each through a
@@ -36,6 +37,7 @@ final class TaskScan implements Closeable {
     private int next;
     private TaskSpec.Range range;
     private PartitionScan scan;
+    private Map<String, Long> starts;
     private int emittedRange = -1;
     private long emittedOffset = -1;
 
@@ -110,25 +112,23 @@ final class TaskScan implements Closeable {
         return n;
     }
 
+    /** The scan of the next non-empty range, its start checked against the log start. */
     private boolean nextRange() throws IOException {
         while (next < spec.ranges().length) {
             range = spec.ranges()[next++];
-            long start = range.start();
+            if (range.start() >= range.end()) {
+                continue;
+            }
+            if (starts == null) {  // the log dir's checkpoint, read once for every range
+                starts = PartitionFolder.persistedStarts(logDir);
+            }
             Path dir = PartitionScan.partitionDir(logDir, range.topic(), range.partition());
             boolean dense = Arrays.asList(spec.dense()).contains(range.topic());
-            if (start < range.end()) {
-                long logStart;
-                try (PartitionScan probe = new PartitionScan(dir, range.end(), range.end())) {
-                    logStart = probe.logStartOffset();
-                }
-                if (start < logStart) {
-                    start = lost(logStart, Long.MAX_VALUE);
-                }
+            scan = new PartitionScan(dir, range.start(), range.end(), dense, starts, true);
+            if (scan.logStartOffset() > range.start()) {  // (the scan starts there)
+                lost(scan.logStartOffset(), Long.MAX_VALUE);  // the reader's close closes it
             }
-            if (start < range.end()) {
-                scan = new PartitionScan(dir, start, range.end(), dense);
-                return true;
-            }
+            return true;
         }
         return false;
     }
@@ -143,9 +143,9 @@ final class TaskScan implements Closeable {
         }
     }
 
-    /** A planned range no longer all in the log: an error, or with failOnDataLoss=false the
-     *  start to read from ({@code logStart}). */
-    private long lost(long logStart, long logEnd) throws OffsetOutOfRangeException {
+    /** A planned range no longer all in the log (now from {@code logStart}, or up to
+     *  {@code logEnd}): an error, unless failOnDataLoss=false (what is left is read). */
+    private void lost(long logStart, long logEnd) throws OffsetOutOfRangeException {
         if (spec.failOnDataLoss()) {
             String now = logStart != Long.MIN_VALUE
                 ? "are no longer all in the log, which now starts at " + logStart
@@ -156,7 +156,6 @@ final class TaskScan implements Closeable {
                 + now + " (retention, truncation or a deletion ran after planning). Set "
                 + "failOnDataLoss=false to read what is left instead");
         }
-        return logStart;
     }
 
     @Override
@@ -193,9 +192,8 @@ final class TaskScan implements Closeable {
         }
 
         @Override
-        public void header(String key, byte[] buf, int valueOff, int valueLen) {
-            byte[] k = key.getBytes(java.nio.charset.StandardCharsets.UTF_8);
-            columns.header(k, 0, k.length, buf, valueOff, valueLen);
+        public void header(byte[] buf, int keyOff, int keyLen, int valueOff, int valueLen) {
+            columns.header(buf, keyOff, keyLen, buf, valueOff, valueLen);
         }
     }
 }
