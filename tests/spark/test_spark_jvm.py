@@ -7,6 +7,7 @@ through the Python reader inside the same columnar scan."""
 from __future__ import annotations
 
 import os
+import time
 import zipfile
 from collections.abc import Callable
 from typing import Any
@@ -217,6 +218,38 @@ def test_no_javac_means_no_jar_and_a_warning(monkeypatch: pytest.MonkeyPatch, tm
         assert jvm.jar_path() is None
     assert "not built" in caplog.text
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left
+
+
+def test_a_build_removes_only_stale_jars_of_other_digests(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir()
+    outside.mkdir()
+    monkeypatch.setenv("EMBEDLOG_CACHE_DIR", str(cache))
+    monkeypatch.setattr(jvm, "_javac", lambda: "javac")
+    monkeypatch.setattr(jvm, "_build", lambda _j, _s, _p, target: target.write_bytes(b"jar"))
+    old = time.time() - jvm.STALE_AFTER_S - 60
+
+    def jar(digit: str, suffix: str = "") -> Any:
+        return cache / f"embedlog-spark-{digit * 16}.jar{suffix}"
+
+    stale, recent, other, linked, folder = jar("a"), jar("b"), jar("c", ".tmp"), jar("d"), jar("e")
+    target = outside / "keep.jar"
+    for path in (stale, recent, other, target):
+        path.write_bytes(b"old")
+    linked.symlink_to(target)
+    folder.mkdir()
+    for path in (stale, other, target, folder):
+        os.utime(path, (old, old))
+    os.utime(linked, (old, old), follow_symlinks=False)
+    built = jvm.jar_path()
+    assert built is not None and os.path.isfile(built)
+    left = sorted(p.name for p in cache.iterdir())
+    assert stale.name not in left
+    assert sorted([recent.name, other.name, linked.name, folder.name,
+                   os.path.basename(built)]) == left
+    assert target.read_bytes() == b"old"
+    assert jvm.jar_path() == built  # found, not built again
 
 
 @pytest.mark.parametrize(("value", "enabled"), [("0", False), ("off", False), ("1", True),

@@ -17,7 +17,10 @@ as before. ``.option("jvmReader", "false")`` keeps a query on the Python reader.
 
 Cache folder: ``$EMBEDLOG_CACHE_DIR`` or ``$XDG_CACHE_HOME/embedlog`` or ``~/.cache/embedlog``.
 The jar is written under a temporary name and renamed into place, so concurrent builds are
-harmless. ``EMBEDLOG_SPARK_JVM=0`` turns the JVM reader off for sessions built by
+harmless. Each build also removes the jars of other digests that nothing has read or written
+for :data:`STALE_AFTER_S` (the builds of sources or Spark versions no longer installed; one
+still in use has been read within that time, and one removed by mistake is only built again).
+``EMBEDLOG_SPARK_JVM=0`` turns the JVM reader off for sessions built by
 :func:`embedlog.spark.local_session`.
 """
 
@@ -26,13 +29,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
+import stat
 import subprocess
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
-__all__ = ["JVM_ENV", "jar_path", "java_sources", "jvm_enabled"]
+__all__ = ["JVM_ENV", "STALE_AFTER_S", "jar_path", "java_sources", "jvm_enabled"]
 
 JVM_ENV = "EMBEDLOG_SPARK_JVM"
 """Environment variable: ``0`` keeps :func:`embedlog.spark.local_session` sessions on the Python
@@ -42,6 +48,11 @@ _LOG = logging.getLogger(__name__)
 _SOURCES = Path(__file__).with_name("java") / "embedlog"
 _BUILD_TIMEOUT_S = 300
 _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_JAR_NAME = re.compile(r"embedlog-spark-[0-9a-f]{16}\.jar")
+
+STALE_AFTER_S = 30 * 24 * 3600
+"""Seconds since a cached jar of another digest was last read or written, after which a build
+removes it."""
 
 
 def jvm_enabled() -> bool:
@@ -75,7 +86,29 @@ def jar_path(*, build: bool = True) -> str | None:
         _LOG.warning("embedlog: the JVM reader was not built (%s); Spark reads through the "
                      "Python data source", exc)
         return None
+    _prune(target)
     return str(target)
+
+
+def _prune(keep: Path) -> None:
+    """Remove the stale jars beside ``keep`` (see the module notes): only regular files whose
+    whole name is a jar name of this module, never through a link; errors are ignored (another
+    process may prune or use the folder at the same time)."""
+    cutoff = time.time() - STALE_AFTER_S
+    try:
+        names = os.listdir(keep.parent)
+    except OSError:
+        return
+    for name in names:
+        if name == keep.name or not _JAR_NAME.fullmatch(name):
+            continue
+        path = keep.parent / name
+        try:
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode) and max(st.st_atime, st.st_mtime) < cutoff:
+                path.unlink()
+        except OSError:
+            continue
 
 
 def _spark_jars() -> Path | None:
