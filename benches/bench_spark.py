@@ -210,6 +210,10 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
                 lambda path=path, jvm=jvm: embedlog_df(spark, path, jvm).selectExpr(
                     *ALL_COLUMNS_QUERY).collect())
     first_log = next(iter(logs.values()))
+    for jvm in (True, False):  # kafka.isolation.level=read_committed (no transaction in it)
+        queries[f"rc{'' if jvm else '-py'}/{next(iter(logs))}"] = (
+            lambda jvm=jvm: embedlog_df(spark, first_log, jvm, committed=True).selectExpr(
+                *ALL_COLUMNS_QUERY).collect())
     counts: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(pq_dir).count(),
         "embedlog": lambda: embedlog_df(spark, first_log).count(),
@@ -240,10 +244,12 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
     spark.stop()
 
 
-def embedlog_df(spark: Any, path: str, jvm: bool = True) -> Any:
+def embedlog_df(spark: Any, path: str, jvm: bool = True, committed: bool = False) -> Any:
     """Every record of the bench topic (``jvm``: through the JVM reader when the session has
-    it; else the Python reader)."""
+    it; else the Python reader; ``committed``: as ``read_committed``)."""
+    level = "read_committed" if committed else "read_uncommitted"
     return (spark.read.format("embedlog").option("subscribe", TOPIC)
+            .option("kafka.isolation.level", level)
             .option("jvmReader", str(jvm).lower()).load(path))
 
 

@@ -28,3 +28,15 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def classpath() -> str:
+    """The JVM reader core's run classpath (tests of ``embedlog.Dump``); skips without javac,
+    java or pyspark's jars."""
+    from jvm_core_util import core_classpath
+
+    cp = core_classpath()
+    if cp is None:
+        pytest.skip("javac, java or pyspark's jars are missing")
+    return cp

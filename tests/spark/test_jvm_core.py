@@ -16,21 +16,20 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jvm_core_util import Spec, core_classpath, open_view, python_result, run_dump
+from jvm_core_util import (
+    Spec,
+    damaged_copies,
+    open_view,
+    python_result,
+    run_dump,
+    verdicts,
+)
 
 import embedlog
 from embedlog.segment import format as fmt
 
 KAFKA = Path(os.environ.get("EMBEDLOG_SHARED", "/work/shared")) / "fixtures" / "kafka-real"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-@pytest.fixture(scope="module")
-def classpath() -> str:
-    cp = core_classpath()
-    if cp is None:
-        pytest.skip("javac, java or pyspark's jars are missing")
-    return cp
 
 
 def _fill(log: embedlog.Log, topic: str, batches: int, codec: str | None, seed: int = 0) -> None:
@@ -207,46 +206,6 @@ def test_real_kafka_folders(classpath: str) -> None:
 # -- damage ------------------------------------------------------------------------------------
 
 
-def _damage(data: bytearray, rng: random.Random) -> str:
-    """Damage ``data`` in place as the corruption corpus does: a bit flip, a zeroed run, a
-    cut, or a garbage tail; returns the kind."""
-    kind = rng.choice(["flip", "flip", "flip", "zero", "truncate", "garbage"])
-    i = rng.randrange(len(data))
-    if kind == "flip":
-        data[i] ^= 1 << rng.randrange(8)
-    elif kind == "zero":
-        n = min(rng.randint(1, 20), len(data) - i)
-        data[i : i + n] = bytes(n)
-    elif kind == "truncate":
-        del data[i:]
-    else:
-        data += rng.randbytes(rng.randint(1, 80))
-    return kind
-
-
-def _damaged_copies(base: Path, work: Path, topics: list[str], n: int, seed: int
-                    ) -> list[tuple[str, str]]:
-    """``n`` copies of the log at ``base``, each with one damaged segment or index file."""
-    import shutil
-
-    rng = random.Random(seed)
-    out = []
-    for t in range(n):
-        root = work / str(t)
-        shutil.copytree(base, root)
-        topic = rng.choice(topics)
-        folder = root / f"{topic}-0"
-        files = sorted(f for f in os.listdir(folder)
-                       if f.endswith(".log") or (f.endswith(".index") and rng.random() < 0.2))
-        path = folder / rng.choice(files)
-        data = bytearray(path.read_bytes())
-        if data:
-            _damage(data, rng)
-            path.write_bytes(bytes(data))
-        out.append((str(root), topic))
-    return out
-
-
 def _planned(root: str, topic: str, rng: random.Random) -> list[Spec] | None:
     """Ranges a planner takes from the damaged log's bounds, None when the read-only view
     refuses the partition's bounds already (damage in the active segment's tail, which the
@@ -272,23 +231,13 @@ def test_damaged_segments_get_the_python_verdict(classpath: str, tmp_path: Path)
     rng = random.Random(11)
     specs: list[Spec] = []
     refused = 0
-    for root, topic in _damaged_copies(base, tmp_path / "work", topics, 120, seed=7):
+    for root, topic in damaged_copies(base, tmp_path / "work", topics, 120, seed=7):
         planned = _planned(root, topic, rng)
         refused += planned is None
         specs += planned or []
     got = run_dump(classpath, specs)
-    verdicts = {"corrupt": 0, "same": 0}
-    for spec, jvm in zip(specs, got, strict=True):
-        with open_view(spec[0]) as view:
-            py = python_result(view, spec)
-        if py.get("corrupt"):
-            assert jvm.get("error") in ("CorruptBatchException", "UnsupportedFormatException"), (
-                spec, py, jvm)
-            verdicts["corrupt"] += 1
-        else:
-            assert jvm == py, spec
-            verdicts["same"] += 1
-    assert verdicts["corrupt"] > 10 and verdicts["same"] > 100 and refused < 120
+    counts = verdicts(specs, got)
+    assert counts["corrupt"] > 10 and counts["same"] > 100 and refused < 120
 
 
 # -- record layout and codec streams -------------------------------------------------------

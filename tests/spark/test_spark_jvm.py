@@ -1,8 +1,9 @@
 """The JVM reader (``embedlog.DefaultSource``, built by :mod:`embedlog.spark.jvm`): a scan it
 reads returns exactly the rows of the Python reader, for every column subset, codec, batch kind
-and range; ``count(*)`` comes from batch headers and equals the rows; ``jvmReader=false`` and
-``read_committed`` keep the Python reader; tasks the JVM does not read (a ``file://`` log) go
-through the Python reader inside the same columnar scan."""
+and range; ``count(*)`` comes from batch headers and equals the rows; ``read_committed`` leaves
+out aborted transactions as the Python reader does; ``jvmReader=false`` keeps the Python reader;
+tasks the JVM does not read (a ``file://`` log) go through the Python reader inside the same
+columnar scan."""
 
 from __future__ import annotations
 
@@ -178,12 +179,39 @@ def test_ranges_and_task_splits_equal_the_python_reader(jvm_spark: Any, richlog:
         spark_rows(read(jvm_spark, richlog, jvm_reader=False, **options))
 
 
-def test_read_committed_stays_on_the_python_reader(jvm_spark: Any, richlog: str) -> None:
-    df = read(jvm_spark, richlog, subscribePattern="tx", **{
-        "kafka.isolation.level": "read_committed"})
-    assert "JVM reader" not in plan(df)
-    assert sorted(r["value"] for r in spark_rows(df)) == sorted(
+def test_read_committed_is_read_by_the_jvm(jvm_spark: Any, richlog: str) -> None:
+    rc = {"kafka.isolation.level": "read_committed"}
+    df = read(jvm_spark, richlog, subscribePattern="tx|c-lz4", **rc)
+    assert "JVM reader" in plan(df)
+    rows = spark_rows(df)
+    assert rows == spark_rows(read(jvm_spark, richlog, jvm_reader=False,
+                                   subscribePattern="tx|c-lz4", **rc))
+    assert sorted(r["value"] for r in rows if r["topic"] == "tx") == sorted(
         f"commit-{i}".encode() for i in range(30) for _ in range(2))
+    assert df.groupBy().count().collect()[0][0] == len(rows) == 60 + 800
+    one = read(jvm_spark, richlog, subscribePattern="tx", minPartitions="7", **rc)
+    assert sorted(r["offset"] for r in spark_rows(one)) == sorted(
+        r["offset"] for r in rows if r["topic"] == "tx")  # ranges cut inside transactions
+
+
+def test_read_committed_stops_at_an_open_transaction(jvm_spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    with embedlog.open(path) as log:
+        log.create_topic("o", partitions=1)
+        log.append_batch("o", [b"before"])
+        producer = log.producer(transactional_id="open-id")
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("o", b"open", partition=0)
+        producer.flush()
+        log.append_batch("o", [b"after"])
+        df = read(jvm_spark, path, **{"kafka.isolation.level": "read_committed"})
+        assert [r["value"] for r in spark_rows(df)] == [b"before"]
+        assert df.count() == 1
+        producer.abort_transaction()
+        producer.close()
+    df = read(jvm_spark, path, **{"kafka.isolation.level": "read_committed"})
+    assert [r["value"] for r in spark_rows(df)] == [b"before", b"after"]
 
 
 def test_a_uri_log_goes_through_the_python_reader_in_a_columnar_scan(
@@ -355,3 +383,7 @@ def test_planned_tasks_name_the_dense_topics_planning_read(richlog: str) -> None
         kafka_schema())
     tasks = reader.partitions()
     assert tasks and all(set(t.dense) == {r[0] for r in t.ranges} for t in tasks)
+    committed = EmbedlogDataSource({"path": richlog, "subscribePattern": "tx",
+                                    "kafka.isolation.level": "read_committed"}).reader(
+        kafka_schema()).partitions()
+    assert committed and all(t.read_committed and t.dense == ("tx",) for t in committed)

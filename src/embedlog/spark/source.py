@@ -37,7 +37,7 @@ from .planning import RangeFilter, plan_batch
 from .pushdown import push_filters
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, kafka_schema, resolve_columns
-from .stable import planning_view
+from .stable import StableView, planning_view
 
 __all__ = ["EmbedlogDataSource", "EmbedlogPushdownReader", "EmbedlogReader"]
 
@@ -106,7 +106,8 @@ class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
             try:
                 planned = plan_batch(view, opts, self._restrict())
                 # what the JVM reader needs of embedlog.json (it reads local folders only)
-                dense = view.dense_topics() if isinstance(view, FolderView) else ()
+                folder = view.view if isinstance(view, StableView) else view
+                dense = folder.dense_topics() if isinstance(folder, FolderView) else ()
             finally:
                 view.close()
             self._planned = make_tasks(opts.path, planned,

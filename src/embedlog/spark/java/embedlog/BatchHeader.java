@@ -45,6 +45,10 @@ public final class BatchHeader {
         return (attributes & BatchFormat.TIMESTAMP_TYPE_MASK) != 0;
     }
 
+    public boolean isTransactional() {
+        return (attributes & BatchFormat.TRANSACTIONAL_MASK) != 0;
+    }
+
     public boolean isControl() {
         return (attributes & BatchFormat.CONTROL_MASK) != 0;
     }

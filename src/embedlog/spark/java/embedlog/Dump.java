@@ -20,7 +20,8 @@ import java.util.Base64;
  * ({@code {"offset", "timestamp", "timestampType", "key", "value", "headers"}}, key/value
  * base64 or null, headers a list of [key, base64 value or null]) then {@code {"end": n}};
  * with {@code count} {@code {"count": n}}; with {@code start} {@code {"logStart": n}}; with
- * {@code time} (no output per record) {@code {"records": n, "nanos": t}}. Any failure of a
+ * {@code time} (no output per record) {@code {"records": n, "nanos": t}}; a mode prefixed
+ * {@code committed-} reads as {@code read_committed} ({@link TxnFilter}). Any failure of a
  * spec prints {@code {"error": "<exception class>", "message": "..."}} instead of its end
  * line, and the next spec follows.
  */
@@ -59,13 +60,18 @@ public final class Dump {
         Path dir = PartitionScan.partitionDir(Paths.get(f[0]), f[1], Integer.parseInt(f[2]));
         long start = Long.parseLong(f[3]);
         long end = Long.parseLong(f[4]);
+        String mode = f[5];
         try (PartitionScan scan = new PartitionScan(dir, start, end, dense)) {
-            switch (f[5]) {
+            if (mode.startsWith("committed-")) {  // read_committed
+                scan.filter(TxnFilter.decide(dir, start, end, dense, null));
+                mode = mode.substring("committed-".length());
+            }
+            switch (mode) {
                 case "count" -> out.write("{\"count\": " + scan.countRecords() + "}\n");
                 case "start" -> out.write("{\"logStart\": " + scan.logStartOffset() + "}\n");
                 case "time" -> time(scan, out);
                 case "records" -> records(scan, out);
-                default -> throw new IllegalArgumentException("unknown mode " + f[5]);
+                default -> throw new IllegalArgumentException("unknown mode " + mode);
             }
         }
     }

@@ -19,9 +19,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * Pushes filters to the Python source (which narrows the offset ranges it plans), and keeps for
  * the JVM reader the columns a query needs and a {@code count(*)} without grouping.
  *
- * <p>The JVM reader is used unless {@code .option("jvmReader", "false")} or
- * {@code kafka.isolation.level=read_committed} (the transaction filter is the Python reader's);
- * then the scan is the Python source's own, unchanged.
+ * <p>The JVM reader is used unless {@code .option("jvmReader", "false")}; then the scan is the
+ * Python source's own, unchanged. ({@code kafka.isolation.level=read_committed} is read by the
+ * JVM too: {@link TxnFilter}.)
  */
 final class EmbedlogScanBuilder
         implements SupportsPushDownFilters, SupportsPushDownRequiredColumns,
@@ -46,9 +46,7 @@ final class EmbedlogScanBuilder
      *  value the Python source rejects fails the query there, at planning. */
     static boolean jvmReader(CaseInsensitiveStringMap options) {
         String flag = options.getOrDefault("jvmReader", "true").trim().toLowerCase(Locale.ROOT);
-        String level = options.getOrDefault("kafka.isolation.level", "read_uncommitted")
-            .trim().toLowerCase(Locale.ROOT);
-        return !flag.equals("false") && !level.equals("read_committed");
+        return !flag.equals("false");
     }
 
     @Override

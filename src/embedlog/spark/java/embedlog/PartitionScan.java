@@ -56,6 +56,7 @@ public final class PartitionScan implements Closeable {
     private long indexOffset = -1;
     private long reached = -1;
     private boolean done;
+    private TxnFilter filter;
     private byte[] win = new byte[CHUNK];
     private long winPos;
     private int winLen;
@@ -194,9 +195,64 @@ public final class PartitionScan implements Closeable {
         return n;
     }
 
-    /** Batches never decoded (as reader.scan): before the range, control, no records. */
+    /** Batches never decoded (as reader.scan): before the range, control, no records; with a
+     *  {@link #filter}, those of aborted transactions. */
     private boolean skipped() {
-        return h.isControl() || h.lastOffset() < start || h.recordCount == 0;
+        return h.isControl() || h.lastOffset() < start || h.recordCount == 0
+            || (filter != null && filter.aborted(h));
+    }
+
+    /** {@code read_committed}: leave out the batches {@code f} says were aborted (before the
+     *  first batch is read). */
+    public void filter(TxnFilter f) {
+        filter = f == null || f.none() ? null : f;
+    }
+
+    /**
+     * Walk to the next batch, control batches included; false when the range is done. The
+     * batch's header is then in {@link #header()} (checked as {@link #nextBatch} checks it),
+     * its records not decoded.
+     */
+    boolean nextChecked() throws IOException {
+        while (!done) {
+            if (nextHeader()) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** The header {@link #nextChecked} fills (one instance, reused). */
+    BatchHeader header() {
+        return h;
+    }
+
+    /**
+     * The marker type of the control batch {@link #nextChecked} just read (0 ABORT, 1 COMMIT,
+     * others unknown), -1 when it holds no record (emptied by compaction). Its first record's
+     * key must be at least 4 bytes of {@code version i16, type i16} with a version &gt;= 0
+     * (transactions.control_type), else {@link CorruptBatchException}.
+     */
+    int markerType() throws IOException {
+        if (h.recordCount == 0) {
+            return -1;
+        }
+        decodeAt();
+        if (cols.count == 0) {
+            return -1;
+        }
+        int at = cols.keyOff[0];
+        String what = null;
+        if (cols.keyLen[0] < 4) {
+            what = "control record key shorter than 4 bytes";
+        } else if (BatchFormat.i16(cols.data, at) < 0) {
+            what = "negative control record version " + BatchFormat.i16(cols.data, at);
+        }
+        if (what != null) {
+            throw new CorruptBatchException(what).located(
+                logPath.toString() + ", offset " + h.baseOffset, position - h.size());
+        }
+        return BatchFormat.i16(cols.data, at + 2);
     }
 
     @Override

@@ -17,7 +17,8 @@ import java.util.Map;
  * them: a range starting below the log start offset, or reaching past the partition's end
  * (retention, {@code delete_records} or a truncation after planning) is an
  * {@link OffsetOutOfRangeException} naming {@code failOnDataLoss}; with
- * {@code failOnDataLoss=false} what is left of it is read.
+ * {@code failOnDataLoss=false} what is left of it is read. A {@code read_committed} task's ranges
+ * leave out the aborted transactions ({@link TxnFilter}, decided before each range's scan).
  *
  * <p>{@link #open} declines (answers {@code null}) a task the Python reader must read: a folder
  * that is not a plain directory or that is tiered ({@code embedlog.tiering}: old segments may be
@@ -127,6 +128,10 @@ final class TaskScan implements Closeable {
             scan = new PartitionScan(dir, range.start(), range.end(), dense, starts, true);
             if (scan.logStartOffset() > range.start()) {  // (the scan starts there)
                 lost(scan.logStartOffset(), Long.MAX_VALUE);  // the reader's close closes it
+            }
+            if (spec.readCommitted()) {
+                long from = Math.min(Math.max(range.start(), scan.logStartOffset()), range.end());
+                scan.filter(TxnFilter.decide(dir, from, range.end(), dense, starts));
             }
             return true;
         }

@@ -14,12 +14,13 @@ import net.razorvine.pickle.objects.ClassDict;
  * {@code dense}: the topics embedlog created, whose active segments have no offset gap).
  *
  * <p>{@link #decode} answers {@code null} for a task the JVM leaves to the Python reader: a log
- * given as a URI (the remote reader is Python's), {@code read_committed}, or a pickle that is not
- * exactly the shape above. Spark's stand-in for an empty plan ({@code InputPartition(None)})
+ * given as a URI (the remote reader is Python's), or a pickle that is not exactly the shape
+ * above. Spark's stand-in for an empty plan ({@code InputPartition(None)})
  * decodes to a task with no ranges. Every field is checked here; the topic names again where a
  * folder name is made of them ({@link PartitionScan#partitionDir}).
  */
-record TaskSpec(String path, Range[] ranges, boolean failOnDataLoss, String[] dense)
+record TaskSpec(String path, Range[] ranges, boolean failOnDataLoss, boolean readCommitted,
+                String[] dense)
         implements Serializable {
     /** Offsets {@code [start, end)} of partition {@code partition} of {@code topic}. */
     record Range(String topic, int partition, long start, long end) implements Serializable {}
@@ -39,7 +40,7 @@ record TaskSpec(String path, Range[] ranges, boolean failOnDataLoss, String[] de
             return null;
         }
         if (EMPTY_TASK.equals(dict.getClassName()) && dict.get("value") == null) {
-            return new TaskSpec("", new Range[0], true, new String[0]);
+            return new TaskSpec("", new Range[0], true, false, new String[0]);
         }
         if (!READ_TASK.equals(dict.getClassName())) {
             return null;
@@ -51,7 +52,7 @@ record TaskSpec(String path, Range[] ranges, boolean failOnDataLoss, String[] de
         if (!(fields.get("path") instanceof String path) || path.isEmpty()
                 || path.indexOf('\0') >= 0 || URI.matcher(path).find()
                 || !(fields.get("fail_on_data_loss") instanceof Boolean failOnDataLoss)
-                || !Boolean.FALSE.equals(fields.get("read_committed"))
+                || !(fields.get("read_committed") instanceof Boolean readCommitted)
                 || !(fields.get("ranges") instanceof Object[] raw)) {
             return null;
         }
@@ -66,7 +67,7 @@ record TaskSpec(String path, Range[] ranges, boolean failOnDataLoss, String[] de
                 return null;
             }
         }
-        return new TaskSpec(path, ranges, failOnDataLoss, dense);
+        return new TaskSpec(path, ranges, failOnDataLoss, readCommitted, dense);
     }
 
     /** A tuple of strings ({@code null} when it is anything else). */
