@@ -29,6 +29,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from . import _io, checkpoint
+from ._json import load_untrusted
 from .config import TopicConfig
 from .errors import CorruptCheckpointError, UsageError
 from .naming import (
@@ -200,12 +201,7 @@ def parse_metadata(raw: bytes, *, path: str | None = None, dense: set[str] | Non
     def bad(msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"topic metadata: {msg}", path=path)
 
-    if len(raw) > _MAX_METADATA_BYTES:
-        raise bad("file is too large")
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise bad(f"unreadable: {exc}") from None
+    doc = load_untrusted(raw, limit=_MAX_METADATA_BYTES, fail=lambda why: bad(f"unreadable: {why}"))
     topics = doc.get("topics") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(topics, dict):
         raise bad("unknown layout")

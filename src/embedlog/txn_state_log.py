@@ -53,6 +53,7 @@ from typing import Any, Final
 import crc32c
 
 from . import _io
+from ._json import load_untrusted
 from .errors import CorruptCheckpointError, UsageError
 
 __all__ = ["FRAME_HEADER", "MAGIC", "MAX_FILE", "MAX_FRAME", "Scan", "TxnStateLog",
@@ -169,10 +170,11 @@ def scan(data: bytes, *, path: str, clean: bool) -> Scan:
 
 
 def _parse(payload: bytes, path: str) -> tuple[str, dict[str, Any] | None]:
+    raw = load_untrusted(payload, limit=None, fail=lambda why: CorruptCheckpointError(
+        f"malformed transaction state record: {why}", path=path))
     try:
-        raw = json.loads(payload)
         key, value = raw["id"], raw["value"]
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nesting
+    except (KeyError, TypeError) as exc:
         raise CorruptCheckpointError(f"malformed transaction state record: {exc!r}",
                                      path=path) from exc
     if not isinstance(key, str) or not (value is None or isinstance(value, dict)):
@@ -308,8 +310,9 @@ class TxnStateLog:
 
 def _legacy(data: bytes, path: str) -> dict[str, dict[str, Any]]:
     """The ``transactions`` of a legacy JSON state file (module notes)."""
+    raw = load_untrusted(data, limit=None, fail=lambda why: CorruptCheckpointError(
+        f"malformed transaction state: {why}", path=path))
     try:
-        raw = json.loads(data)
         if raw["version"] != _LEGACY_VERSION:
             raise ValueError(f"version {raw['version']!r}")
         entries = raw["transactions"]
@@ -317,6 +320,6 @@ def _legacy(data: bytes, path: str) -> dict[str, dict[str, Any]]:
                 isinstance(k, str) and isinstance(v, dict) for k, v in entries.items()):
             raise TypeError("transactions: an object of objects expected")
         return entries
-    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptCheckpointError(f"malformed transaction state: {exc!r}",
                                      path=path) from exc

@@ -2,9 +2,11 @@
 the command line, from a line of input, from a Spark option -- is untrusted.
 
 A document nested deeper than Python's recursion limit makes ``json.loads`` raise
-``RecursionError``; a number such as ``Infinity`` is a float no ``int()`` takes; a string may
-hold a lone surrogate that has no UTF-8. Each is a clear error of embedlog's own tree (or the
-command line's one-line error), never a bare Python exception, and nothing stored changes.
+``RecursionError``; a number such as ``Infinity`` is not standard JSON (``json.loads`` takes it,
+as a float no ``int()`` takes); a string may hold a lone surrogate that has no UTF-8. Each is a
+clear error of embedlog's own tree (or the command line's one-line error), never a bare Python
+exception, and nothing stored changes. (Every reader parses through ``embedlog._json``, whose
+own rules are tested in tests/test_json_loader.py.)
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final
 
 import click
 
+from .._json import load_untrusted
 from ..errors import OffsetOutOfRangeError, UsageError
 from ..log import Log
 from ..retention import check_deletable
@@ -94,20 +94,19 @@ def _targets(log: Log, topic: str | None, partition: int | None, offset: int | N
 def _json_targets(json_file: str) -> list[tuple[str, int, int]]:
     """The targets of Kafka's offset JSON file: read no more than :data:`_MAX_JSON_FILE`
     bytes (it may be a pipe or a device), anything but the format a :class:`UsageError`."""
+    def refused(why: str | None = None) -> UsageError:
+        return UsageError(
+            f"{json_file}: " + (f"{why}; " if why else "") + 'expected {"partitions": '
+            '[{"topic": ..., "partition": ..., "offset": ...}], "version": 1}')
+
     with open(json_file, "rb") as f:
         raw = f.read(_MAX_JSON_FILE + 1)
-    if len(raw) > _MAX_JSON_FILE:
-        raise UsageError(f"{json_file}: larger than {_MAX_JSON_FILE} bytes")
-    try:
-        doc = json.loads(raw)
+    doc = load_untrusted(raw, limit=_MAX_JSON_FILE, fail=refused)
+    try:  # no number is infinite or NaN, so int() raises nothing but these
         return [(str(e["topic"]), int(e["partition"]), int(e["offset"]))
                 for e in doc["partitions"]]
-    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
-        # OverflowError: int(Infinity); RecursionError: a deeply nested document
-        raise UsageError(
-            f"{json_file}: expected {{\"partitions\": [{{\"topic\": ..., "
-            "\"partition\": ..., \"offset\": ...}], \"version\": 1}"
-        ) from None
+    except (ValueError, KeyError, TypeError):
+        raise refused() from None
 
 
 def _checked(log: Log, targets: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:

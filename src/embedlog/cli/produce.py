@@ -19,7 +19,6 @@ bytes, ``{"base64": ...}`` raw bytes, ``null`` a null value, anything else its J
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from typing import IO
 
 import click
 
+from .._json import load_untrusted
 from ..errors import UsageError
 from ..log import Log
 from ..records import Header
@@ -82,10 +82,8 @@ def _parse_text(line: bytes, number: int, key_sep: bytes | None, headers: bool) 
 
 
 def _parse_json(line: bytes, number: int) -> _Line:
-    try:
-        doc = json.loads(line)
-    except (ValueError, RecursionError) as exc:  # RecursionError: a deeply nested line
-        raise InputError(f"line {number}: invalid JSON ({exc})") from None
+    doc = load_untrusted(line, limit=None,
+                         fail=lambda why: InputError(f"line {number}: invalid JSON ({why})"))
     if not isinstance(doc, dict) or "value" not in doc:
         raise InputError(f"line {number}: expected a JSON object with a \"value\" field")
     raw_headers = doc.get("headers") or []

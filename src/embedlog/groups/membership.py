@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _io, _paths
+from .._json import load_untrusted
 from .._platform import FileLock, is_locked
 from ..errors import (
     CorruptCheckpointError,
@@ -91,12 +92,8 @@ class GroupState:
         raw = _io.read_regular(path, _MAX_STATE_BYTES + 1, error=CorruptCheckpointError)
         if raw is None:
             return cls()
-        try:
-            if len(raw) > _MAX_STATE_BYTES:
-                raise ValueError(f"larger than {_MAX_STATE_BYTES} bytes")
-            doc = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError) as exc:
-            raise CorruptCheckpointError(f"unreadable group state: {exc}", path=path) from exc
+        doc = load_untrusted(raw, limit=_MAX_STATE_BYTES, fail=lambda why: CorruptCheckpointError(
+            f"unreadable group state: {why}", path=path))
         try:
             if doc["version"] != 1:
                 raise ValueError(f"version {doc['version']}")

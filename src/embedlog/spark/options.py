@@ -35,12 +35,12 @@ log's writer lock (held by a producer or another writer) before it fails.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .._json import load_untrusted
 from ..errors import InvalidConfigError
 from .specs import (
     EARLIEST,
@@ -319,10 +319,8 @@ def _reject_unknown(opts: Mapping[str, str]) -> None:
 def _path(opts: Mapping[str, str]) -> str:
     path = opts.get("path")
     if path is None and "paths" in opts:
-        try:
-            paths = json.loads(opts["paths"])
-        except (ValueError, RecursionError) as exc:  # RecursionError: deeply nested
-            raise InvalidConfigError(f"paths: not a JSON list: {opts['paths']!r}") from exc
+        paths = load_untrusted(opts["paths"], limit=None, fail=lambda why: InvalidConfigError(
+            f"paths: not a JSON list ({why}): {opts['paths']!r}"))
         if not isinstance(paths, list) or len(paths) != 1 or not isinstance(paths[0], str):
             raise InvalidConfigError(
                 "path: the embedlog source reads exactly one log directory, "

@@ -6,11 +6,11 @@ against a log.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._json import load_untrusted
 from ..errors import InvalidConfigError
 
 __all__ = [
@@ -150,10 +150,8 @@ def _partition_numbers(key: str, topic: str | None, parts: dict[str, object]) ->
 
 
 def json_object(key: str, raw: str, example: str) -> dict[str, object]:
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: a deeply nested document
-        raise InvalidConfigError(f"{key}: not valid JSON: {raw!r} (example: {example})") from None
+    data = load_untrusted(raw, limit=None, fail=lambda why: InvalidConfigError(
+        f"{key}: not valid JSON ({why}): {raw!r} (example: {example})"))
     if not isinstance(data, dict):
         raise InvalidConfigError(f"{key}: expected a JSON object such as {example}, got {raw!r}")
     return data

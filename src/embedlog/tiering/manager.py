@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from .. import _io
+from .._json import load_untrusted
 from ..errors import CorruptCheckpointError, UsageError
 from ..naming import METADATA_FILE, TIERING_FILE
 from ..partition import Partition
@@ -50,14 +51,16 @@ def read_uri(root: str) -> str | None:
     raw = _io.read_regular(path, _MAX_ROOT_FILE + 1, error=CorruptCheckpointError)
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw) if len(raw) <= _MAX_ROOT_FILE else None
-    except (ValueError, RecursionError):  # RecursionError: a deeply nested document
-        doc = None
+
+    def malformed(why: str | None = None) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            "malformed tiering file: " + (f"{why}; " if why else "")
+            + 'expected {"version": 1, "remote_uri": "<scheme>://..."}', path=path)
+
+    doc = load_untrusted(raw, limit=_MAX_ROOT_FILE, fail=malformed)
     uri = doc.get("remote_uri") if isinstance(doc, dict) and doc.get("version") == 1 else None
     if not isinstance(uri, str) or "://" not in uri:
-        raise CorruptCheckpointError("malformed tiering file: expected "
-                                     '{"version": 1, "remote_uri": "<scheme>://..."}', path=path)
+        raise malformed()
     return uri
 
 

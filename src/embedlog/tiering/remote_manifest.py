@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._json import load_untrusted
 from ..errors import CorruptCheckpointError
 from ..naming import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 
@@ -92,12 +93,7 @@ def parse(raw: bytes, *, path: str) -> Manifest:
     def bad(why: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"malformed remote manifest: {why}", path=path)
 
-    if len(raw) > MAX_BYTES:
-        raise bad(f"{len(raw)} bytes, more than {MAX_BYTES}")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise bad(str(exc)) from None
+    doc = load_untrusted(raw, limit=MAX_BYTES, fail=bad)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != 1:
         raise bad("not an embedlog remote manifest of version 1")
     rows = doc.get("segments")
