@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -240,8 +241,42 @@ def scans(workdir: str, args: argparse.Namespace) -> None:
                 f"  ratio {ratio:.2f}x of Parquet (target >= {target:.1f}x)")
             print(f"    {name:14s} {secs:6.2f} s{shown}")
     print(f"  {loadavg()}")
+    streams(spark, first_log, pq_dir, workdir, args.repeat)
     restricted(spark, next(iter(logs.values())), args)
     spark.stop()
+
+
+def streams(spark: Any, log_dir: str, pq_dir: str, workdir: str, repeat: int) -> None:
+    """An availableNow stream of every record into the same aggregate, per micro-batch: embedlog
+    (JVM reader, Python reader) against Spark's file source on the Parquet copy."""
+    runs = itertools.count()
+
+    def run(reader: Any) -> Any:
+        out: list[Any] = []
+        checkpoint = os.path.join(workdir, f"ckpt-{next(runs)}")
+        query = (reader.writeStream.trigger(availableNow=True)
+                 .option("checkpointLocation", checkpoint)
+                 .foreachBatch(lambda df, _: out.extend(df.selectExpr(
+                     *ALL_COLUMNS_QUERY).collect())).start())
+        query.awaitTermination()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return out
+
+    schema = spark.read.parquet(pq_dir).schema
+    group: dict[str, Callable[[], Any]] = {
+        "parquet": lambda: run(spark.readStream.schema(schema).parquet(pq_dir)),
+    }
+    for jvm in (True, False):
+        group[f"embedlog{'' if jvm else '-py'}"] = lambda jvm=jvm: run(
+            spark.readStream.format("embedlog").option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest").option("jvmReader", str(jvm).lower())
+            .load(log_dir))
+    med = interleaved(group, repeat)
+    print("  stream (availableNow), all columns:")
+    for name, secs in med.items():
+        shown = "" if name == "parquet" else f"  ratio {med['parquet'] / secs:.2f}x of Parquet"
+        print(f"    {name:14s} {secs:6.2f} s{shown}")
+    print(f"  {loadavg()}")
 
 
 def embedlog_df(spark: Any, path: str, jvm: bool = True, committed: bool = False) -> Any:

@@ -214,6 +214,44 @@ def test_read_committed_stops_at_an_open_transaction(jvm_spark: Any, tmp_path: A
     assert [r["value"] for r in spark_rows(df)] == [b"before", b"after"]
 
 
+def _stream(spark: Any, path: str, checkpoint: str, jvm_reader: bool = True,
+            **options: str) -> tuple[list[list[tuple[int, int, bytes]]], str]:
+    """An availableNow stream of ``path`` run to its end: each micro-batch's (partition, offset,
+    value) rows, and the source's description in the last progress."""
+    batches: list[list[tuple[int, int, bytes]]] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        batches.append(sorted((r["partition"], r["offset"], r["value"])
+                              for r in df.toArrow().to_pylist()))
+
+    reader = (spark.readStream.format("embedlog").option("startingOffsets", "earliest")
+              .option("jvmReader", str(jvm_reader).lower()))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load(path).writeStream.foreachBatch(collect)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(180)
+    finally:
+        query.stop()
+    progress = query.lastProgress or {"sources": [{"description": ""}]}
+    return [b for b in batches if b], progress["sources"][0]["description"]
+
+
+def test_streams_are_read_by_the_jvm(jvm_spark: Any, richlog: str, tmp_path: Any) -> None:
+    got, source = _stream(jvm_spark, richlog, str(tmp_path / "a"), subscribe="c-zstd",
+                          maxOffsetsPerTrigger="300")
+    assert "JVM reader" in source
+    assert [len(b) for b in got] == [300, 300, 200]  # admission control: the Python stream's
+    want, source = _stream(jvm_spark, richlog, str(tmp_path / "b"), jvm_reader=False,
+                           subscribe="c-zstd", maxOffsetsPerTrigger="300")
+    assert "JVM reader" not in source and got == want
+    committed, _ = _stream(jvm_spark, richlog, str(tmp_path / "c"), subscribe="tx",
+                           **{"kafka.isolation.level": "read_committed"})
+    assert sorted(v for b in committed for _, _, v in b) == sorted(
+        f"commit-{i}".encode() for i in range(30) for _ in range(2))
+
+
 def test_a_uri_log_goes_through_the_python_reader_in_a_columnar_scan(
         jvm_spark: Any, richlog: str) -> None:
     uri = "file://" + os.path.abspath(richlog)

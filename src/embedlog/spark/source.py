@@ -25,7 +25,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .catalog import FolderView
 from .options import (
     ReadOptions,
     check_read_options,
@@ -37,7 +36,7 @@ from .planning import RangeFilter, plan_batch
 from .pushdown import push_filters
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, kafka_schema, resolve_columns
-from .stable import StableView, planning_view
+from .stable import dense_topics, planning_view
 
 __all__ = ["EmbedlogDataSource", "EmbedlogPushdownReader", "EmbedlogReader"]
 
@@ -105,9 +104,7 @@ class EmbedlogReader(DataSourceReader):  # type: ignore[misc]
             view = planning_view(opts.path, opts.read_committed)
             try:
                 planned = plan_batch(view, opts, self._restrict())
-                # what the JVM reader needs of embedlog.json (it reads local folders only)
-                folder = view.view if isinstance(view, StableView) else view
-                dense = folder.dense_topics() if isinstance(folder, FolderView) else ()
+                dense = dense_topics(view)
             finally:
                 view.close()
             self._planned = make_tasks(opts.path, planned,

@@ -20,7 +20,7 @@ from .catalog import FolderView
 from .planning import TopicPartition
 from .remote_view import RemoteView, open_view
 
-__all__ = ["StableView", "planning_view"]
+__all__ = ["StableView", "dense_topics", "planning_view"]
 
 
 def planning_view(path: str, read_committed: bool) -> FolderView | RemoteView | StableView:
@@ -28,6 +28,14 @@ def planning_view(path: str, read_committed: bool) -> FolderView | RemoteView | 
     stable offsets for end offsets."""
     view = open_view(path)
     return StableView(view) if read_committed else view
+
+
+def dense_topics(view: FolderView | RemoteView | StableView) -> frozenset[str]:
+    """What the JVM reader needs of ``embedlog.json`` (it reads local folders only): the topics
+    embedlog created, as the planning ``view`` read them (:meth:`FolderView.dense_topics`);
+    none for a remote view."""
+    folder = view.view if isinstance(view, StableView) else view
+    return folder.dense_topics() if isinstance(folder, FolderView) else frozenset()
 
 
 class StableView:

@@ -61,7 +61,7 @@ from .planning import (
 )
 from .scan import make_tasks, read_task
 from .schema import arrow_schema, resolve_columns
-from .stable import planning_view
+from .stable import dense_topics, planning_view
 
 __all__ = [
     "EmbedlogStreamReader",
@@ -235,7 +235,7 @@ class EmbedlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planned = plan_tasks(self._view, self._ranges(offsets_from_json(start),
                                                       offsets_from_json(end)), opts)
         return make_tasks(opts.path, planned, fail_on_data_loss=opts.fail_on_data_loss,
-                          read_committed=opts.read_committed)
+                          read_committed=opts.read_committed, dense=dense_topics(self._view))
 
     def _ranges(self, begin: Offsets, stop: Offsets) -> list[OffsetRange]:
         ranges: list[OffsetRange] = []

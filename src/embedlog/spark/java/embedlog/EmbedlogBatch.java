@@ -4,6 +4,7 @@ import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonInputPartition;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonStreamingInputPartition;
 
 /**
  * The Python source plans (its {@code partitions()}, run in a Python worker on the driver); each
@@ -22,12 +23,22 @@ final class EmbedlogBatch implements Batch {
 
     @Override
     public InputPartition[] planInputPartitions() {
-        InputPartition[] planned = python.planInputPartitions();
+        return decoded(python.planInputPartitions());
+    }
+
+    /** The Python source's planned tasks, each with what the JVM reads of it ({@link TaskSpec};
+     *  {@code null}: the Python reader reads it). A streaming task whose rows pyspark fetched
+     *  ahead into a block (a simple stream reader) stays the Python reader's. */
+    static InputPartition[] decoded(InputPartition[] planned) {
         InputPartition[] tasks = new InputPartition[planned.length];
         for (int i = 0; i < planned.length; i++) {
             InputPartition p = planned[i];
-            TaskSpec spec = p instanceof PythonInputPartition py
-                ? TaskSpec.decode(py.pickedPartition()) : null;
+            TaskSpec spec = null;
+            if (p instanceof PythonInputPartition py) {
+                spec = TaskSpec.decode(py.pickedPartition());
+            } else if (p instanceof PythonStreamingInputPartition py && py.blockId().isEmpty()) {
+                spec = TaskSpec.decode(py.pickedPartition());
+            }
             tasks[i] = new TaskPartition(p, spec);
         }
         return tasks;

@@ -8,7 +8,8 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * A batch scan read by the JVM ({@link EmbedlogBatch}); streams stay the Python source's.
+ * A scan whose tasks the JVM reads: batch ({@link EmbedlogBatch}) and micro-batch
+ * ({@link EmbedlogStream}); the source has no continuous mode.
  *
  * <p>{@code readSchema} is what the query needs: the pruned columns, or one {@code count(*)}
  * column when the count was pushed down.
@@ -40,7 +41,7 @@ final class EmbedlogScan implements Scan {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-        return python.toMicroBatchStream(checkpointLocation);
+        return EmbedlogStream.of(python.toMicroBatchStream(checkpointLocation), shape);
     }
 
     @Override
