@@ -50,6 +50,13 @@ def _open_transaction(lg: embedlog.Log, epoch: int | None = None) -> Any:
     return p
 
 
+def _zombie_batch(pid: int, epoch: int, now: int) -> bytearray:
+    """The timed-out producer's next batch (its first was sequence 0, one record)."""
+    return bytearray(fmt.encode_batch([b"zombie"], timestamps=now, producer_id=pid,
+                                      producer_epoch=epoch, base_sequence=1,
+                                      is_transactional=True))
+
+
 @pytest.fixture
 def log(tmp_path: pathlib.Path) -> Any:
     now = [1_000_000]
@@ -88,16 +95,36 @@ def test_the_partitions_refuse_the_old_epoch(log: tuple[embedlog.Log, list[int]]
     for part in range(PARTS):
         partition = lg._partition_of("out", part)
         end = lg.end_offset("out", part)
-        batch = fmt.encode_batch([b"zombie"], timestamps=now[0], producer_id=p.producer_id,
-                                 producer_epoch=p.producer_epoch, base_sequence=1,
-                                 is_transactional=True)
         with pytest.raises(ProducerFencedError):
-            partition.append_encoded(bytearray(batch))
+            partition.append_encoded(_zombie_batch(p.producer_id, p.producer_epoch, now[0]))
         with pytest.raises(ProducerFencedError):
             coord.write_marker(partition, p.producer_id, p.producer_epoch, True, now[0])
         assert lg.end_offset("out", part) == end
     with pytest.raises(ProducerFencedError):
         p.commit_transaction()  # and by the coordinator
+
+
+@pytest.mark.parametrize("snapshots", [True, False])
+def test_the_fence_survives_a_reopen(tmp_path: pathlib.Path, snapshots: bool) -> None:
+    """The partitions still refuse the old epoch after a reopen: their producer state loaded
+    from a producer snapshot, or (none left) rebuilt from the batch headers, markers included."""
+    now = [1_000_000]
+    lg = _open(tmp_path / "log", now)
+    lg.create_topic("out", partitions=PARTS)
+    p = _open_transaction(lg)
+    now[0] += TIMEOUT_MS + 1
+    lg._transactions().expire()
+    lg.close()
+    if not snapshots:
+        for snap in (tmp_path / "log").glob("out-*/*.snapshot"):
+            snap.unlink()
+    lg = _open(tmp_path / "log", now)
+    for part in range(PARTS):
+        with pytest.raises(ProducerFencedError):
+            lg._partition_of("out", part).append_encoded(
+                _zombie_batch(p.producer_id, p.producer_epoch, now[0]))
+        assert lg.describe_producers("out", part)[0].epoch == p.producer_epoch + 1
+    lg.close()
 
 
 def test_init_after_a_timeout_gets_two_epochs_more(log: tuple[embedlog.Log, list[int]]
