@@ -83,6 +83,25 @@ def test_markers_carry_the_bumped_epoch(log: tuple[embedlog.Log, list[int]]) -> 
     assert lg.describe_producers("out", 0)[0].epoch == p.producer_epoch + 1
 
 
+def test_kafka_python_reads_the_bumped_epoch(log: tuple[embedlog.Log, list[int]]) -> None:
+    """kafka-python's own codec reads each partition's segment: the data batch of the old
+    epoch, then a valid ABORT control batch of the bumped one."""
+    memory_records = pytest.importorskip("kafka.record.memory_records")
+    lg, now = log
+    p = _open_transaction(lg)
+    now[0] += TIMEOUT_MS + 1
+    lg._transactions().expire()
+    for part in range(PARTS):
+        (seg,) = lg.segments("out", part)
+        records = memory_records.MemoryRecords(pathlib.Path(seg.path).read_bytes())
+        seen = []
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc() and batch.producer_id == p.producer_id
+            seen.append((batch.producer_epoch, batch.is_control_batch,
+                         [r.commit for r in batch] if batch.is_control_batch else None))
+        assert seen == [(p.producer_epoch, False, None), (p.producer_epoch + 1, True, [False])]
+
+
 def test_the_partitions_refuse_the_old_epoch(log: tuple[embedlog.Log, list[int]]) -> None:
     """The old producer is fenced by each partition, not only by the coordinator: its next
     batch (the sequence that follows its last) and a marker of its epoch are refused."""
