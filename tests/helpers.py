@@ -142,3 +142,16 @@ def open_transaction(log: Any, topic: str, value: bytes, transactional_id: str =
     producer.send(topic, value, partition=0)
     producer.flush()
     return producer
+
+
+def read_committed(log: Any, part: int, topic: str = "out") -> list[bytes]:
+    """The values a ``read_committed`` consumer of ``topic``-``part`` reads from the start."""
+    from embedlog import TopicPartition
+
+    c = log.consumer(isolation_level="read_committed")
+    c.assign([TopicPartition(topic, part)])
+    out: list[bytes] = []
+    while batch := c.poll():
+        out += [r.value for r in batch]
+    c.close()
+    return out

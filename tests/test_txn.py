@@ -14,6 +14,7 @@ from embedlog import TopicPartition
 from embedlog import txn_coordinator as coord
 from embedlog.errors import ProducerFencedError, UsageError
 from embedlog.segment import format as fmt
+from helpers import read_committed as _committed
 
 PARTS = 3
 
@@ -25,16 +26,6 @@ class _Crash(BaseException):
 def _open(path: pathlib.Path, now: list[int] | None = None) -> embedlog.Log:
     clock = (lambda: now[0]) if now is not None else None
     return embedlog.Log(path, durability="fsync", clock=clock)
-
-
-def _committed(log: embedlog.Log, part: int) -> list[bytes]:
-    c = log.consumer(isolation_level="read_committed")
-    c.assign([TopicPartition("out", part)])
-    out: list[bytes] = []
-    while batch := c.poll():
-        out += [r.value for r in batch]
-    c.close()
-    return out
 
 
 def _markers(log: embedlog.Log, part: int) -> list[tuple[int, int, int]]:
@@ -134,7 +125,8 @@ def test_timeout_aborts_and_fences(tmp_path: pathlib.Path) -> None:
     now[0] += 1001
     with pytest.raises(ProducerFencedError):
         p.commit_transaction()
-    assert _markers(lg, 0) == [(p.producer_id, 0, fmt.CONTROL_ABORT)]
+    # the marker carries the epoch the timeout bumped (tests/test_txn_timeout.py)
+    assert _markers(lg, 0) == [(p.producer_id, 1, fmt.CONTROL_ABORT)]
     assert lg.last_stable_offset("out", 0) == lg.end_offset("out", 0)
     assert _committed(lg, 0) == []
     lg.close()

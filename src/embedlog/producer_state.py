@@ -6,6 +6,11 @@ against the state before it is appended, with Kafka's rules (``ProducerAppendInf
 * a producer id never seen in the partition may start at any sequence;
 * a lower epoch than the one on record is fenced (:class:`~embedlog.errors.ProducerFencedError`);
 * a higher epoch must start again at sequence 0;
+* a COMMIT/ABORT marker (a control batch of a producer id) of a lower epoch than the one on
+  record is fenced too (Kafka's ``appendEndTxnMarker``); one of a higher epoch is accepted and
+  its epoch recorded, the producer's sequences forgotten: so the ABORT marker of a timed-out
+  transaction, which carries the coordinator's bumped epoch, fences the old producer in the
+  partition itself (its next batch has a lower epoch than the one on record);
 * in the same epoch, a batch whose first and last sequence equal one of the producer's last
   :data:`RETAINED_BATCHES` batches is a **duplicate**: the stored header is returned and nothing
   is written; any other batch must start at the last sequence + 1 (wrapping from ``2**31 - 1``
@@ -226,7 +231,7 @@ class ProducerStateTable:
     def check(self, header: fmt.BatchHeader) -> fmt.BatchHeader | None:
         """Validate a batch about to be appended: ``None`` to write it, the stored header if it
         is a duplicate; raises when its epoch or sequence is wrong."""
-        if header.is_control or header.base_sequence < 0:
+        if header.base_sequence < 0 and not header.is_control:
             return None
         entry = self.entries.get(header.producer_id)
         if entry is None:
@@ -236,6 +241,8 @@ class ProducerStateTable:
             raise ProducerFencedError(
                 f"producer {pid} epoch {epoch} is fenced: epoch {entry.epoch} already wrote here"
             )
+        if header.is_control:
+            return None  # a marker: recorded by update (a higher epoch replaces the entry)
         if epoch > entry.epoch:
             if header.base_sequence != 0:
                 raise OutOfOrderSequenceError(

@@ -17,8 +17,9 @@ The protocol is Kafka's two-phase commit:
    fsync: only a commit decision, which carries them too, makes them count;
 2. ``PrepareCommit``/``PrepareAbort``: written once every data batch is durable. This is the
    decision: from here on the transaction completes that way whatever happens. A commit
-   decision is fsynced before any marker; an abort decision is not (a crash before it is
-   durable leaves ``Ongoing``, which recovery aborts: the same outcome);
+   decision is fsynced before any marker; a producer's abort decision is not (a crash before
+   it is durable leaves ``Ongoing``, which recovery aborts: the same outcome), a timeout's is
+   (it carries the bumped epoch of its markers: **Timeouts** below);
 3. the markers (a COMMIT or ABORT control batch of the producer id and epoch) are appended to
    every recorded partition and fsynced; on commit the group offsets are merged into the
    groups' committed offsets;
@@ -29,7 +30,7 @@ The protocol is Kafka's two-phase commit:
 
 So a commit of a transaction over ``n`` partitions costs ``2n + 2`` fsyncs (partitions recorded,
 data, decision, markers) and no file creation or rename; an abort ``n + 1`` plus, per
-partition, its ``.txnindex`` entry.
+partition, its ``.txnindex`` entry (a timeout's abort one more: its decision).
 
 A crash anywhere is settled when the log is next opened for writing (:meth:`recover`): a
 ``Prepare*`` state is carried forward (markers only where the producer's transaction is still
@@ -37,10 +38,20 @@ open, so none is written twice); an ``Ongoing`` one is aborted, since the writer
 producer dead. So a reader sees a transaction committed everywhere or aborted everywhere.
 
 **Fencing**: :meth:`init_producer` bumps the epoch of the transactional id (a new producer id
-when the epoch would overflow), after settling what the older producer left. A producer whose
-epoch is no longer the id's current one gets :class:`~embedlog.errors.ProducerFencedError` from
-every call. A transaction open longer than its ``timeout_ms`` is aborted and its producer
-fenced the next time the coordinator is used (Kafka's ``transaction.timeout.ms``).
+once the epoch reaches :data:`_MAX_EPOCH`), after settling what the older producer left. A
+producer whose epoch is no longer the id's current one gets
+:class:`~embedlog.errors.ProducerFencedError` from every call.
+
+**Timeouts** (Kafka's ``transaction.timeout.ms``): a transaction open longer than its
+``timeout_ms`` is aborted the next time the coordinator is used, as Kafka's
+``abortTimedOutTransactions`` does it (``prepareFenceProducerEpoch``, then the abort): the
+epoch is bumped **first**, and ``PrepareAbort`` with the bumped epoch is fsynced before any
+marker; the ABORT markers carry the bumped epoch. So each partition of the transaction learns
+the new epoch from its marker and refuses a later batch of the old one (its producer state:
+:class:`~embedlog.errors.ProducerFencedError`), not only the coordinator; and a crash between
+the decision and the markers is recovered with the same markers. A new ``init_transactions``
+of the id then gets the bumped epoch + 1 (two above the timed-out producer's), or a new
+producer id if the bumped epoch reached :data:`_MAX_EPOCH`.
 
 **Expiration** (Kafka's ``transactional.id.expiration.ms``, default 7 days): an id with no
 transaction open and no activity (``last_ms``: its last init, record or end) for that long is
@@ -74,6 +85,12 @@ _STATES: Final = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
                             "CompleteCommit", "CompleteAbort"})
 _IDLE: Final = frozenset({"Empty", "CompleteCommit", "CompleteAbort"})
 _MAX_EPOCH: Final = 32766
+"""The highest epoch handed to a producer; an id whose epoch reached it gets a new producer id
+at its next :meth:`~TxnCoordinator.init_producer` (Kafka's ``isEpochExhausted``: ``>=
+Short.MaxValue - 1``). The one epoch above it is kept for a timeout's fence, so that a producer
+of any epoch handed out can always be fenced."""
+_FENCE_EPOCH_MAX: Final = 32767
+"""int16's maximum: the epoch a timeout's fence can reach; one there cannot be bumped."""
 
 
 class _TxnLog(Protocol):
@@ -117,6 +134,8 @@ class TxnEntry:
         ints.append(raw.get("last_ms", -1))
         if not all(type(v) is int for v in ints):
             raise TypeError("integer fields expected")
+        if not (0 <= ints[0] < 2**63 and 0 <= ints[1] <= _FENCE_EPOCH_MAX):
+            raise ValueError(f"producer id {ints[0]} or epoch {ints[1]} out of range")
         parts = [(_str(t), _int(p)) for t, p in raw["partitions"]]
         offsets = {_str(g): {(_str(t), _int(p)): _int(o) for t, p, o in rows}
                    for g, rows in raw["offsets"].items()}
@@ -281,7 +300,8 @@ class TxnCoordinator:
         """The id's entry, after expiring timed-out transactions; fenced if not ours."""
         self._expire()
         entry = self.entries.get(tid)
-        if entry is None or entry.producer_id != pid or entry.epoch != epoch:
+        if entry is None or (entry.producer_id, entry.epoch) != (pid, epoch) \
+                or epoch > _MAX_EPOCH:  # a fence's epoch: no producer was handed it
             raise ProducerFencedError(
                 f"transactional id {tid!r}: producer {pid} epoch {epoch} was fenced by a newer "
                 "producer (or its transaction timed out, or the id expired)"
@@ -295,14 +315,37 @@ class TxnCoordinator:
         now = self.log.clock()
         for tid, entry in list(self.entries.items()):
             if entry.state == "Ongoing" and now - entry.started_ms > entry.timeout_ms:
-                self._settle(tid, recovering=False)
-                entry.epoch += 1  # fence the producer that let it time out
-                self._touch(tid)
+                self._fence(tid)
             elif entry.state in _IDLE and now - entry.last_ms >= self.id_expiration_ms:
                 del self.entries[tid]
                 self._touch(tid)
         if self._changed:
             self._persist()
+
+    def _fence(self, tid: str) -> None:
+        """Abort ``tid``'s timed-out transaction and fence its producer, as Kafka does: the
+        epoch bumped first, ``PrepareAbort`` with it fsynced, then the ABORT markers with it on
+        every recorded partition (each partition then refuses the old epoch) and Complete.
+
+        The decision is durable before any marker (unlike a producer's own abort): a crash after
+        it recovers to the bumped-epoch markers; one before it to an abort with the old epoch,
+        no marker of the bumped one being on disk yet (the writer lock proves the producer dead,
+        so nothing is left to fence).
+
+        Exhaustion: an epoch at :data:`_FENCE_EPOCH_MAX` (int16's maximum; no epoch handed out
+        is above :data:`_MAX_EPOCH`, so only a state log written otherwise holds one) is not
+        bumped, as Kafka's ``prepareFenceProducerEpoch`` keeps ``Short.MaxValue`` rather than
+        overflow (its Java coordinator; the Scala one of 3.x threw ``IllegalStateException``
+        there): the markers carry it unchanged, the coordinator still fences a producer of it
+        (:meth:`_current` refuses every epoch above :data:`_MAX_EPOCH`), and the id's next
+        :meth:`init_producer` gets a new producer id."""
+        entry = self.entries[tid]
+        if entry.epoch < _FENCE_EPOCH_MAX:
+            entry.epoch += 1
+        entry.state = "PrepareAbort"
+        self._touch(tid, durable=True)  # the bumped epoch is durable before its markers
+        self._persist()
+        self._complete(tid, recovering=False)
 
     def expire(self) -> None:
         """Abort (and fence) the transactions open past their timeout, and forget the ids idle

@@ -26,13 +26,14 @@ import hashlib
 import itertools
 import os
 import random
-from collections.abc import Iterable, Iterator
+import shutil
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .recording import DATA_OPS, DIR_OPS, BaseImage, Op
 
-__all__ = ["TORN_MODES", "CrashState", "crash_states", "materialize", "read_tree", "write_image",
-           "write_tree"]
+__all__ = ["TORN_MODES", "CrashState", "check_image", "crash_states", "materialize", "read_tree",
+           "write_image", "write_tree"]
 
 TORN_MODES = ("cut", "zeros", "garbage", "tailzeros", "tailgarbage", "skip")
 
@@ -274,6 +275,17 @@ def _describe(tracker: _Tracker, dc: dict[int, int], fc: dict[int, DataChoice]) 
 def write_image(state: CrashState, target: str) -> None:
     """Lay the image out under ``target`` (an empty folder)."""
     write_tree(state.files, state.dirs, target)
+
+
+def check_image(state: CrashState, target: str, check: Callable[[str], list[str]]) -> list[str]:
+    """Lay the image out under ``target`` (created, and removed afterwards) and return what
+    ``check`` finds in its log folder, ``target/log``."""
+    os.mkdir(target)
+    try:
+        write_image(state, target)
+        return check(os.path.join(target, "log"))
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
 
 
 def write_tree(files: dict[str, bytes], dirs: Iterable[str], target: str) -> None:

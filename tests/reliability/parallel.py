@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-__all__ = ["first_failure", "pmap", "workers"]
+__all__ = ["first_failure", "pmap", "run_shards", "workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,3 +52,15 @@ def first_failure(checked: Iterable[tuple[str, list[str]]]) -> tuple[int, list[s
         if found:
             return states, [f"{where}: {' | '.join(found)}"]
     return states, []
+
+
+def run_shards(shard: Callable[[tuple[int, int]], tuple[int, list[str]]]) -> int:
+    """``shard((index, count))`` over the worker processes (each checks every ``count``-th
+    state from ``index``, giving how many it checked and its first failure); asserts that none
+    failed and returns how many states were checked."""
+    n = workers()
+    states = 0
+    for count, failures in pmap(shard, [(i, n) for i in range(n)], stop=lambda r: bool(r[1])):
+        assert not failures, failures[0]
+        states += count
+    return states

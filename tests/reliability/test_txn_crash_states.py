@@ -25,7 +25,6 @@ inside that rewrite must leave the old or the new file whole.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -37,8 +36,8 @@ from embedlog import txn_coordinator as coord
 from embedlog import txn_state_log as tsl
 from embedlog.naming import TXN_STATE_FILE
 
-from .crash_states import crash_states, write_image
-from .parallel import first_failure, pmap, workers
+from .crash_states import check_image, crash_states
+from .parallel import first_failure, run_shards
 from .recording import RecordingFS
 from .workloads import scratch_dir
 
@@ -238,13 +237,8 @@ def _shard(job: tuple[int, int]) -> Iterator[tuple[str, list[str]]]:
             folded += 1
         if i % count != index:
             continue
-        target = f"{root}-state-{index}"
-        os.mkdir(target)
-        try:
-            write_image(state, target)
-            found = _check(os.path.join(target, "log"), promised)
-        finally:
-            shutil.rmtree(target, ignore_errors=True)
+        found = check_image(state, f"{root}-state-{index}",
+                            lambda path: _check(path, promised))
         yield f"crash after op {state.point} ({fs.ops[state.point]}); {state.choice}", found
 
 
@@ -257,13 +251,7 @@ def _run(max_per_point: int, *, earlier: bool, only_a: bool = False) -> int:
     """Explore the trace over the worker processes; the number of crash states checked."""
     root, fs = _record(earlier=earlier)
     _TRACE[:] = [(root, fs, max_per_point, _commit_of_a(fs) if only_a else None)]
-    n = workers()
-    states = 0
-    for count, failures in pmap(_checked_shard, [(i, n) for i in range(n)],
-                                stop=lambda r: bool(r[1])):
-        assert not failures, failures[0]
-        states += count
-    return states
+    return run_shards(_checked_shard)
 
 
 def test_every_crash_point_of_a_commit_is_all_or_nothing() -> None:
