@@ -80,8 +80,9 @@ def test_init_fences_older_producer_and_aborts_its_transaction(log: embedlog.Log
     old.flush()
     new = log.producer(transactional_id="t")
     new.init_transactions()
-    assert (new.producer_id, new.producer_epoch) == (old.producer_id, 1)
-    assert _markers(log, 0) == [(old.producer_id, 0, fmt.CONTROL_ABORT)]
+    # as Kafka: the open transaction is fenced (its ABORT marker of epoch 1), then epoch 2
+    assert (new.producer_id, new.producer_epoch) == (old.producer_id, 2)
+    assert _markers(log, 0) == [(old.producer_id, 1, fmt.CONTROL_ABORT)]
     with pytest.raises(ProducerFencedError):
         old.commit_transaction()
     with pytest.raises(ProducerFencedError):

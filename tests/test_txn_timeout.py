@@ -123,6 +123,29 @@ def test_the_partitions_refuse_the_old_epoch(log: tuple[embedlog.Log, list[int]]
         p.commit_transaction()  # and by the coordinator
 
 
+def test_a_new_producer_fences_an_open_transaction_in_each_partition(
+        log: tuple[embedlog.Log, list[int]]) -> None:
+    """init_transactions over a transaction still open aborts it as a timeout does (Kafka's
+    InitProducerId): ABORT markers of the epoch + 1, each partition then refusing the old
+    epoch, and the new producer at the epoch + 2."""
+    lg, now = log
+    old = _open_transaction(lg)
+    new = lg.producer(transactional_id="t", transaction_timeout_ms=TIMEOUT_MS)
+    new.init_transactions()
+    assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 2)
+    for part in range(PARTS):
+        assert _markers(lg, part) == [
+            (old.producer_id, old.producer_epoch + 1, fmt.CONTROL_ABORT)]
+        with pytest.raises(ProducerFencedError):
+            lg._partition_of("out", part).append_encoded(
+                _zombie_batch(old.producer_id, old.producer_epoch, now[0]))
+    assert _committed(lg, 0) == []
+    new.begin_transaction()
+    new.send("out", b"new", partition=0)
+    new.commit_transaction()
+    assert _committed(lg, 0) == [b"new"]
+
+
 @pytest.mark.parametrize("snapshots", [True, False])
 def test_the_fence_survives_a_reopen(tmp_path: pathlib.Path, snapshots: bool) -> None:
     """The partitions still refuse the old epoch after a reopen: their producer state loaded

@@ -38,9 +38,10 @@ open, so none is written twice); an ``Ongoing`` one is aborted, since the writer
 producer dead. So a reader sees a transaction committed everywhere or aborted everywhere.
 
 **Fencing**: :meth:`init_producer` bumps the epoch of the transactional id (a new producer id
-once the epoch reaches :data:`_MAX_EPOCH`), after settling what the older producer left. A
-producer whose epoch is no longer the id's current one gets
-:class:`~embedlog.errors.ProducerFencedError` from every call.
+once the epoch reaches :data:`_MAX_EPOCH`), after settling what the older producer left: a
+transaction it left open is aborted as a timed-out one is (below), so the new producer gets the
+epoch + 2 and the partitions refuse the old one. A producer whose epoch is no longer the id's
+current one gets :class:`~embedlog.errors.ProducerFencedError` from every call.
 
 **Timeouts** (Kafka's ``transaction.timeout.ms``): a transaction open longer than its
 ``timeout_ms`` is aborted the next time the coordinator is used, as Kafka's
@@ -279,11 +280,16 @@ class TxnCoordinator:
 
     def init_producer(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
         """Settle the id's previous transaction, bump its epoch (fencing any older producer)
-        and return the new ``(producer id, epoch)``."""
+        and return the new ``(producer id, epoch)``. A transaction still open is aborted as a
+        timed-out one is (:meth:`_fence`: ABORT markers of the epoch + 1, as Kafka's
+        ``InitProducerId`` fences an ongoing transaction), so the new producer gets the epoch
+        + 2; one decided and not completed is completed with its own epoch first."""
         with self.lock:
             self._expire()
             entry = self.entries.get(transactional_id)
-            if entry is not None:
+            if entry is not None and entry.state == "Ongoing":
+                self._fence(transactional_id)  # a live producer's open transaction
+            elif entry is not None:
                 self._settle(transactional_id, recovering=True)
             if entry is None or entry.epoch >= _MAX_EPOCH:
                 pid = allocate_producer_id(self.log.path, self._max_producer_id)
