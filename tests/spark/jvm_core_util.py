@@ -11,7 +11,7 @@ import os
 import random
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +190,23 @@ def verdicts(specs: Sequence[Spec], got: Sequence[Result]) -> dict[str, int]:
             assert jvm == py, spec
             out["same"] += 1
     return out
+
+
+def dump_while(classpath: str, specs: Sequence[tuple[object, ...]],
+               append: Callable[[], None]) -> list[Result]:
+    """:func:`run_dump` of ``specs`` while a thread calls ``append`` over and over."""
+    import threading
+
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            append()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        return run_dump(classpath, specs)
+    finally:
+        stop.set()
+        thread.join()

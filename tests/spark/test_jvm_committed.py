@@ -7,6 +7,7 @@ a range holding a transaction without its marker is left to the Python reader by
 from __future__ import annotations
 
 import base64
+import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from jvm_core_util import (
     Spec,
     damaged_copies,
+    dump_while,
     open_view,
     python_result,
     run_dump,
@@ -204,3 +206,39 @@ def test_damaged_transactional_logs_get_the_python_verdict(classpath: str,
     got = run_dump(classpath, specs)
     counts = verdicts(specs, got)
     assert counts["corrupt"] > 5 and counts["same"] > 50, counts
+
+
+def test_ranges_below_the_stable_offset_while_transactions_are_written(
+        classpath: str, tmp_path: Path) -> None:
+    """Transactions keep being written (one left open for a while, others committed and
+    aborted) while the JVM reads ranges below the last stable offset seen before: the same
+    rows as before the writes, whatever the header walk meets past the ranges."""
+    root = str(tmp_path)
+    with embedlog.open(root) as log:
+        log.create_topic("w", 1, {"segment.bytes": 4000})
+        w = _Writer(log, "w", keyed=False)
+        rng = random.Random(9)
+        for _ in range(40):
+            pid = rng.randint(1, 3)
+            w.txn(pid, 2, "zstd")
+            w.plain(1, None)
+            w.marker(pid, fmt.CONTROL_ABORT if rng.random() < 0.4 else fmt.CONTROL_COMMIT)
+        w.txn(1, 1, None)  # open: the stable offset stops here
+        with open_view(root) as view:
+            stable = view.last_stable_offset("w", 0)
+            assert stable < view.end_offset("w", 0)
+            specs = [s for s in _specs(root, "w", rng, 8) if s[4] <= stable] * 5
+            specs += [(root, "w", 0, 0, stable, "committed-records")]
+            expected = [python_result(view, s) for s in specs]
+        assert len(specs) > 10 and all("error" not in e for e in expected)
+        rounds = itertools.count()
+
+        def append() -> None:
+            n = next(rounds)
+            w.txn(2 + n % 2, 1, None)
+            w.plain(1, None)
+            w.marker(2 + n % 2, fmt.CONTROL_ABORT if n % 3 else fmt.CONTROL_COMMIT)
+
+        got = dump_while(classpath, specs, append)
+        w.marker(1, fmt.CONTROL_COMMIT)
+    assert got == expected

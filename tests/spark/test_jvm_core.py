@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from jvm_core_util import (
     Spec,
     damaged_copies,
+    dump_while,
     open_view,
     python_result,
     run_dump,
@@ -454,8 +455,6 @@ def test_codec_stream_variants(classpath: str, tmp_path: Path) -> None:
 def test_reads_below_end_while_a_writer_appends(classpath: str, tmp_path: Path) -> None:
     """The active segment grows during the scans: ranges below the end offset seen before
     read the same records, whatever is being appended past them."""
-    import threading
-
     root = str(tmp_path)
     with embedlog.open(root) as log:
         log.create_topic("w", 1, {"segment.bytes": 50_000})
@@ -463,19 +462,7 @@ def test_reads_below_end_while_a_writer_appends(classpath: str, tmp_path: Path) 
         with open_view(root) as view:
             specs = _specs(view, root, "w", seed=6) * 20
             expected = [python_result(view, s) for s in specs]
-        stop = threading.Event()
-
-        def append() -> None:
-            while not stop.is_set():
-                _fill(log, "w", 5, None)
-
-        writer = threading.Thread(target=append)
-        writer.start()
-        try:
-            got = run_dump(classpath, specs)
-        finally:
-            stop.set()
-            writer.join()
+        got = dump_while(classpath, specs, lambda: _fill(log, "w", 5, None))
         assert log.end_offset("w", 0) > max(s[4] for s in specs)
     assert got == expected
 
