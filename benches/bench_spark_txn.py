@@ -47,6 +47,7 @@ def build(workdir: str, args: argparse.Namespace) -> tuple[str, str]:
                 producer.send(TOPIC, rng.randbytes(args.value_size), key=i.to_bytes(8, "big"),
                               partition=i % args.partitions)
             if txn % args.abort_every == args.abort_every - 1:
+                producer.flush()  # the aborted records are in the log, as a reader meets them
                 producer.abort_transaction()
             else:
                 producer.commit_transaction()
