@@ -104,3 +104,109 @@ def test_last_stable_offset_is_never_below_the_log_start(tmp_path: pathlib.Path)
         assert log.last_stable_offset("t", 0) == log.end_offset("t", 0) == 4
         c.close()
         p.close()
+
+
+def _view_bounds(log: embedlog.Log) -> tuple[int, int, int, bool]:
+    """A fresh read-only view's last stable offset (from the newest producer snapshot), the one
+    it reads from every batch header instead, the writer's, and whether the first batches
+    were deleted."""
+    from embedlog.stable_offset import StableOffset
+
+    writer = log.last_stable_offset("t", 0)
+    with embedlog.open(log.path, read_only=True) as view:
+        seeded = view.last_stable_offset("t", 0)
+        p = view._partition_of("t", 0)
+        with p.lock:
+            full = StableOffset().get(list(p.segments), p.end_offset, p.start_offset)
+            headless = bool(p.segments) and p.segments[0].base_offset > 0
+    return seeded, full, writer, headless
+
+
+@settings(max_examples=60, deadline=None)
+@given(_OPS)
+def test_a_view_starting_at_a_producer_snapshot_agrees(ops: list[tuple[Any, ...]]) -> None:
+    """A view's last stable offset read from the newest producer snapshot on equals the one
+    read from every batch header and the writer's; once the first batches were deleted, it
+    lies between the two (the snapshot may know where a transaction began that the batches
+    left no longer show; never past the writer's)."""
+    work = pathlib.Path(tempfile.mkdtemp(prefix="embedlog-lso-view-"))
+    try:
+        with embedlog.open(work / "log") as log:
+            log.create_topic("t", config={"segment.bytes": 1024,
+                                          "cleanup.policy": "compact,delete"})
+            producers = {n: log.producer(transactional_id=n) for n in "ab"}
+            for p in producers.values():
+                p.init_transactions()
+
+            def check(op: tuple[Any, ...]) -> None:
+                seeded, full, writer, headless = _view_bounds(log)
+                if headless:
+                    assert full <= seeded <= writer, (op, seeded, full, writer)
+                else:
+                    assert seeded == full == writer, (op, seeded, full, writer)
+
+            run_txn_ops(log, ops, producers, check)
+            for p in producers.values():
+                p.close()
+    finally:
+        shutil.rmtree(work)
+
+
+def _topic_and_producer(log: embedlog.Log) -> Any:
+    """Topic ``t`` (1 MiB segments) and a transactional producer with a transaction begun."""
+    log.create_topic("t", config={"segment.bytes": 1 << 20})
+    p = log.producer(transactional_id="a")
+    p.init_transactions()
+    p.begin_transaction()
+    return p
+
+
+def test_a_view_reads_the_headers_after_the_newest_snapshot_only(
+        tmp_path: pathlib.Path, monkeypatch: Any) -> None:
+    from embedlog import transactions
+
+    with embedlog.open(tmp_path / "log") as log:
+        p = _topic_and_producer(log)
+        p.send("t", b"open", partition=0)
+        p.flush()  # open across every roll below: the snapshots carry where it began
+        for _ in range(5):
+            log.append_batch("t", [b"x"] * 10, partition=0)
+            log.roll("t", 0)
+        log.append_batch("t", [b"y"], partition=0)
+        read: list[int] = []
+        real = transactions.iter_headers
+
+        def counted(seg: Any, position: int = 0) -> Any:
+            read.append(seg.base_offset)
+            return real(seg, position)
+
+        monkeypatch.setattr(transactions, "iter_headers", counted)
+        with embedlog.open(tmp_path / "log", read_only=True) as view:
+            assert view.last_stable_offset("t", 0) == 0  # the open transaction's first offset
+            assert read == [view.end_offset("t", 0) - 1]  # the active segment only
+        p.abort_transaction()
+        p.close()
+
+
+def test_a_view_knows_from_a_snapshot_where_a_transaction_began(tmp_path: pathlib.Path) -> None:
+    """Once the first segments went, a producer whose earlier markers went with them opens a
+    transaction: read from the batches left, it may have begun below them (the view stops at
+    the log start); the snapshot after the deleted segments says it began where its first
+    batch is, as the writer knows."""
+    with embedlog.open(tmp_path / "log") as log:
+        p = _topic_and_producer(log)
+        p.send("t", b"committed", partition=0)
+        p.commit_transaction()
+        for _ in range(3):
+            log.append_batch("t", [b"x"] * 10, partition=0)
+            log.roll("t", 0)
+        log.delete_records("t", 0, 25)  # the first segment, and the marker, are gone
+        p.begin_transaction()
+        p.send("t", b"open", partition=0)
+        p.flush()
+        began = log.end_offset("t", 0) - 1
+        seeded, full, writer, headless = _view_bounds(log)
+        assert headless and full == log.start_offset("t", 0) == 25
+        assert seeded == writer == began
+        p.abort_transaction()
+        p.close()

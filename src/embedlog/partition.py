@@ -56,7 +56,8 @@ from .retention import check_deletable, expired
 from .segment import format as fmt
 from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
-from .transactions import AbortedRanges, StableOffset, indexed_aborted
+from .stable_offset import StableOffset
+from .transactions import AbortedRanges, indexed_aborted
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
 
@@ -120,8 +121,7 @@ class Partition:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.start_offset = 0
-        self.stable = StableOffset()
-        """The last stable offset, read incrementally (under ``lock``)."""
+        self.stable = StableOffset()  # the last stable offset, read incrementally (under lock)
         self.lock = threading.RLock()
         self._commit = GroupCommit(self._flush_active, self._write_round)
         self.poisoned: BaseException | None = None

@@ -23,12 +23,14 @@ A snapshot named ``N`` holds the state of every batch below offset ``N``. Rules:
   snapshots above the log end (stale: recovery cut what they describe) or below the log start
   are deleted, and all but the newest :data:`KEEP_SNAPSHOTS` of the rest.
 
-A read-only open never writes, prunes nor loads a snapshot.
+A read-only open never writes nor prunes a snapshot, and loads none as producer state; its last
+stable offset starts reading at the newest one (:func:`stable_seed`).
 
 :func:`last_stable_offset` is a partition's last stable offset: its incremental
-:class:`~embedlog.transactions.StableOffset`, told by the writer's producer state where an open
+:class:`~embedlog.stable_offset.StableOffset`, told by the writer's producer state where an open
 transaction began when its first batches were deleted (a read-only view, without that state,
-stops at the log start for such a transaction).
+stops at the log start for such a transaction, unless a snapshot after the deleted segments
+says where it began).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from .producer_snapshot import (
 )
 from .producer_state import ProducerStateTable
 from .segment.segment import Segment
-from .transactions import StableOffset
+from .stable_offset import StableOffset, StableSeed
 
 __all__ = [
     "KEEP_SNAPSHOTS",
@@ -60,9 +62,11 @@ __all__ = [
     "from_snapshots",
     "last_stable_offset",
     "load_state",
+    "newest_snapshot",
     "prune",
     "read_snapshot",
     "snapshot_offsets",
+    "stable_seed",
     "take_snapshot",
 ]
 
@@ -90,6 +94,7 @@ class StateOwner(Protocol):
 class StableOwner(Protocol):
     """What :func:`last_stable_offset` needs of a partition."""
 
+    directory: str
     segments: list[Segment]
     start_offset: int
     writable: bool
@@ -105,10 +110,15 @@ class StableOwner(Protocol):
 def last_stable_offset(p: StableOwner) -> int:
     """``p``'s last stable offset (under its lock): where ``read_committed`` readers, the
     cleaner and tiering stop; at least the log start, and the log start while a transaction
-    whose first batches were deleted is open (see :mod:`embedlog.transactions`)."""
-    known = (lambda: p.producer_states().txns.open) if p.writable else None
+    whose first batches were deleted is open (see :mod:`embedlog.transactions`). A read-only
+    view starts its first reading at the newest producer snapshot (:func:`stable_seed`)."""
+    if p.writable:
+        with p.lock:
+            return p.stable.get(p.segments, p.end_offset, p.start_offset,
+                                lambda: p.producer_states().txns.open)
     with p.lock:
-        return p.stable.get(p.segments, p.end_offset, p.start_offset, known)
+        return p.stable.get(p.segments, p.end_offset, p.start_offset, None,
+                            lambda: stable_seed(p))
 
 
 def snapshot_offsets(directory: str, names: Sequence[str] | None = None) -> list[int]:
@@ -144,23 +154,50 @@ def load_state(owner: StateOwner) -> ProducerStateTable:
 def from_snapshots(owner: StateOwner) -> ProducerStateTable | None:
     """The state from the newest usable snapshot and the batches from its offset on; ``None``
     when no snapshot is usable."""
-    segments, start, end = owner.segments, owner.start_offset, owner.end_offset
-    expiration = owner.producer_id_expiration_ms
-    for offset in reversed(snapshot_offsets(owner.directory)):
+    found = newest_snapshot(owner.directory, owner.start_offset, owner.end_offset)
+    if found is None:
+        return None
+    offset, entries = found
+    table = ProducerStateTable.from_snapshot(entries, owner.producer_id_expiration_ms)
+    table.replay(owner.segments, offset)
+    return table
+
+
+def newest_snapshot(directory: str, start: int, end: int, *, quiet: bool = False
+                    ) -> tuple[int, list[SnapshotEntry]] | None:
+    """The offset and entries of the newest snapshot of ``directory`` within ``[start, end]``
+    that reads and decodes (one that does not is passed over, with a warning unless
+    ``quiet``); ``None`` when there is none."""
+    for offset in reversed(snapshot_offsets(directory)):
         if not start <= offset <= end:
             continue
-        path = segment_path(owner.directory, offset, SNAPSHOT_SUFFIX)
+        path = segment_path(directory, offset, SNAPSHOT_SUFFIX)
         try:
             entries = read_snapshot(path)
         except (CorruptionError, StorageError) as exc:
-            log.warning("ignoring producer snapshot %s: %s", path, exc)
+            if not quiet:
+                log.warning("ignoring producer snapshot %s: %s", path, exc)
             continue
-        if entries is None:
-            continue
-        table = ProducerStateTable.from_snapshot(entries, expiration)
-        table.replay(segments, offset)
-        return table
+        if entries is not None:
+            return offset, entries
     return None
+
+
+def stable_seed(p: StableOwner) -> StableSeed | None:
+    """Where a read-only view's :class:`~embedlog.stable_offset.StableOffset` may start instead
+    of the first segment: the newest usable snapshot (see :func:`newest_snapshot`), its
+    producers and the first offsets of the transactions it has open. ``None`` without one, or
+    when the folder cannot be listed (the view then reads every batch header)."""
+    try:
+        found = newest_snapshot(p.directory, p.start_offset, p.end_offset, quiet=True)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    offset, entries = found
+    return StableSeed(offset, frozenset(e.producer_id for e in entries),
+                      {e.producer_id: e.current_txn_first_offset for e in entries
+                       if e.current_txn_first_offset >= 0})
 
 
 def take_snapshot(owner: StateOwner, offset: int, *, load: bool) -> None:

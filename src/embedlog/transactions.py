@@ -60,10 +60,10 @@ __all__ = [
     "AbortedRanges",
     "AbortedTxn",
     "CommittedFilter",
-    "StableOffset",
     "TxnBatch",
     "TxnTracker",
     "aborted_ranges",
+    "batch_markers",
     "control_type",
     "indexed_aborted",
     "iter_headers",
@@ -215,12 +215,12 @@ def segment_markers(
     for seg in segments:
         if seg.base_offset >= end:
             return
-        for _, header, kind in _markers(seg, 0, end):
+        for _, header, kind in batch_markers(seg, 0, end):
             yield header, kind
 
 
-def _markers(seg: Segment, position: int, end: int
-             ) -> Iterator[tuple[int, fmt.BatchHeader, int | None]]:
+def batch_markers(seg: Segment, position: int, end: int
+                  ) -> Iterator[tuple[int, fmt.BatchHeader, int | None]]:
     """``(position, header, marker type)`` of the batches of ``seg`` from byte ``position``
     below offset ``end`` (:func:`segment_markers` for one segment)."""
     for at, header in iter_headers(seg, position):
@@ -246,53 +246,6 @@ def last_stable_offset(segments: Sequence[Segment], end: int) -> int:
     oldest transaction without a marker, else ``end``."""
     lso = aborted_ranges(segments, end).last_stable_offset
     return end if lso is None else lso
-
-
-class StableOffset:
-    """One partition's last stable offset, kept up to date by reading only the batch headers
-    appended since the previous call (Kafka keeps it in its producer state); the answer is
-    always :func:`last_stable_offset`'s, bounded below by the log start and held there by a
-    transaction that may have begun in deleted segments (:meth:`TxnTracker.stable_from`).
-
-    It holds the segments it has read (the objects themselves: a segment deleted by retention or
-    swapped in by compaction makes it read everything again, as does an end that went back), the
-    position in the last of them where it stopped, and the transactions open so far. The caller
-    serialises calls (the partition's lock)."""
-
-    __slots__ = ("_end", "_position", "_segments", "_tracker")
-
-    _segments: tuple[Segment, ...]
-    _position: int
-    _end: int
-    _tracker: TxnTracker
-
-    def __init__(self) -> None:
-        self._forget()
-
-    def _forget(self) -> None:
-        self._segments, self._position, self._end = (), 0, 0
-        self._tracker = TxnTracker(keep=False)
-
-    def get(self, segments: Sequence[Segment], end: int, start: int = 0,
-            began: Callable[[], Mapping[int, int]] | None = None) -> int:
-        """The last stable offset of ``segments`` ending at ``end``, of a partition whose log
-        start is ``start`` (``began``: see :meth:`TxnTracker.stable_from`)."""
-        known = self._segments
-        if end < self._end or len(segments) < len(known) or \
-                any(a is not b for a, b in zip(known, segments, strict=False)):
-            self._forget()
-            known = ()
-        first = max(len(known) - 1, 0)
-        for i in range(first, len(segments)):
-            seg, position = segments[i], self._position if i == first else 0
-            self._segments, self._position = tuple(segments[: i + 1]), position
-            for at, header, kind in _markers(seg, position, end):
-                self._tracker.on_batch(header, kind)
-                self._position = at + header.size
-        self._end = end
-        headless = bool(segments) and segments[0].base_offset > 0
-        lso = self._tracker.stable_from(start, headless, began)
-        return max(start, end) if lso is None else lso
 
 
 class AbortedRanges:
