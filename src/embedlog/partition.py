@@ -23,8 +23,7 @@ Invariants:
 :meth:`Partition.settle` (write) what was reserved, :meth:`Partition.append_encoded` a batch,
 :meth:`Partition.sync_through` an offset (group commit), :meth:`Partition.sync` everything.
 
-Lock order: ``lock`` (the partition's, re-entrant) -> a tail batch's own lock -> the group
-commit's ``sync_lock``.
+Lock order: ``lock`` (the partition's, re-entrant) -> a tail batch's lock -> ``sync_lock``.
 """
 
 from __future__ import annotations
@@ -390,8 +389,9 @@ class Partition:
     def close(self) -> None:
         with self.lock:
             self.settle()
-            if self.writable and self.poisoned is None and self.refusal is None and self.segments:
-                self.active.flush()
+            if self.writable and self.poisoned is None and self.refusal is None and \
+                    self.segments and self.producer_state is not None:  # (else no snapshot)
+                self.active.flush()  # the snapshot's offsets durable first; seals fsync anyway
                 producer_state_store.take_snapshot(self, self.end_offset, load=False)
             for seg in self.segments:
                 try:
