@@ -100,7 +100,7 @@ def test_every_workload_of_up_to_three_operations() -> None:
 
 @pytest.mark.slow
 def test_longer_random_workloads() -> None:
-    result = explore_many(random_workloads(count=5, length=10), max_per_point=12)
+    result = explore_many(random_workloads(count=4, length=10), max_per_point=12)
     print(f"\nrandom workloads: {result.states} crash states")
     assert result.violations == []
     assert result.states > 1_000

@@ -38,7 +38,7 @@ if _native.CORE is None:  # the core targets exit at once without the compiled c
     TARGETS = tuple(t for t in TARGETS if t not in ("core", "compaction"))
 if producer_lane.LANE_IMPLEMENTATION != "c":  # nor the lane target without the compiled lane
     TARGETS = tuple(t for t in TARGETS if t != "lane")
-SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "20"))
+SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "12"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
