@@ -112,13 +112,10 @@ def last_stable_offset(p: StableOwner) -> int:
     cleaner and tiering stop; at least the log start, and the log start while a transaction
     whose first batches were deleted is open (see :mod:`embedlog.transactions`). A read-only
     view starts its first reading at the newest producer snapshot (:func:`stable_seed`)."""
-    if p.writable:
-        with p.lock:
-            return p.stable.get(p.segments, p.end_offset, p.start_offset,
-                                lambda: p.producer_states().txns.open)
+    known = (lambda: p.producer_states().txns.open) if p.writable else None
+    seed = None if p.writable else (lambda: stable_seed(p))
     with p.lock:
-        return p.stable.get(p.segments, p.end_offset, p.start_offset, None,
-                            lambda: stable_seed(p))
+        return p.stable.get(p.segments, p.end_offset, p.start_offset, known, seed)
 
 
 def snapshot_offsets(directory: str, names: Sequence[str] | None = None) -> list[int]:

@@ -329,9 +329,10 @@ class TxnCoordinator:
             self._persist()
 
     def _fence(self, tid: str) -> None:
-        """Abort ``tid``'s timed-out transaction and fence its producer, as Kafka does: the
-        epoch bumped first, ``PrepareAbort`` with it fsynced, then the ABORT markers with it on
-        every recorded partition (each partition then refuses the old epoch) and Complete.
+        """Abort ``tid``'s open transaction (timed out, or superseded by a new producer of the id)
+        and fence its producer, as Kafka does: the epoch bumped first, ``PrepareAbort`` with it
+        fsynced, then the ABORT markers with it on every recorded partition (each partition then
+        refuses the old epoch) and Complete.
 
         The decision is durable before any marker (unlike a producer's own abort): a crash after
         it recovers to the bumped-epoch markers; one before it to an abort with the old epoch,

@@ -77,3 +77,20 @@ def spark_rows(df: Any) -> list[dict[str, Any]]:
 def project(rows: list[dict[str, Any]], columns: Iterable[str]) -> list[dict[str, Any]]:
     cols = list(columns)
     return [{c: r[c] for c in cols} for r in rows]
+
+
+def run_available_now(spark: Any, path: str, checkpoint: str, collect: Any,
+                      options: dict[str, str]) -> Any:
+    """Run an ``availableNow`` stream of the embedlog log at ``path`` (``startingOffsets``
+    earliest unless ``options`` say otherwise) into ``foreachBatch(collect)`` to its end; the
+    stopped query."""
+    reader = spark.readStream.format("embedlog")
+    for key, value in {"startingOffsets": "earliest", **options}.items():
+        reader = reader.option(key, value)
+    query = (reader.load(path).writeStream.foreachBatch(collect)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(180)
+    finally:
+        query.stop()
+    return query

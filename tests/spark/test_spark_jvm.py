@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from spark_util import BASE_TS, make_log, spark_rows
+from spark_util import BASE_TS, make_log, run_available_now, spark_rows
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -224,16 +224,8 @@ def _stream(spark: Any, path: str, checkpoint: str, jvm_reader: bool = True,
         batches.append(sorted((r["partition"], r["offset"], r["value"])
                               for r in df.toArrow().to_pylist()))
 
-    reader = (spark.readStream.format("embedlog").option("startingOffsets", "earliest")
-              .option("jvmReader", str(jvm_reader).lower()))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    query = (reader.load(path).writeStream.foreachBatch(collect)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    try:
-        query.awaitTermination(180)
-    finally:
-        query.stop()
+    query = run_available_now(spark, path, checkpoint, collect,
+                              {"jvmReader": str(jvm_reader).lower(), **options})
     progress = query.lastProgress or {"sources": [{"description": ""}]}
     return [b for b in batches if b], progress["sources"][0]["description"]
 

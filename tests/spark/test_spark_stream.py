@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from spark_util import run_available_now
 
 import embedlog
 
@@ -34,15 +35,7 @@ def run(spark: Any, path: str, checkpoint: str, **options: str) -> list[dict[int
             seen.setdefault(row["partition"], []).append(row["offset"])
         batches.append({p: sorted(o) for p, o in sorted(seen.items())})
 
-    reader = spark.readStream.format("embedlog").option("subscribe", "s")
-    for k, v in {"startingOffsets": "earliest", **options}.items():
-        reader = reader.option(k, v)
-    query = (reader.load(path).writeStream.foreachBatch(collect)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    try:
-        query.awaitTermination(180)
-    finally:
-        query.stop()
+    run_available_now(spark, path, checkpoint, collect, {"subscribe": "s", **options})
     return [b for b in batches if b]
 
 

@@ -63,7 +63,7 @@ public final class Dump {
         String mode = f[5];
         try (PartitionScan scan = new PartitionScan(dir, start, end, dense)) {
             if (mode.startsWith("committed-")) {  // read_committed
-                scan.filter(TxnFilter.decide(dir, start, end, dense, null));
+                scan.readCommitted();
                 mode = mode.substring("committed-".length());
             }
             switch (mode) {

@@ -202,10 +202,32 @@ public final class PartitionScan implements Closeable {
             || (filter != null && filter.aborted(h));
     }
 
-    /** {@code read_committed}: leave out the batches {@code f} says were aborted (before the
-     *  first batch is read). */
-    public void filter(TxnFilter f) {
-        filter = f == null || f.none() ? null : f;
+    /** {@code read_committed}: leave out the batches of aborted transactions, decided by a
+     *  {@link TxnFilter} walk over this scan's listing and log start (call it before the first
+     *  batch is read). */
+    public void readCommitted() throws IOException {
+        TxnFilter f;
+        try (PartitionScan walk = new PartitionScan(this)) {
+            f = TxnFilter.decide(walk, start, end);
+        }
+        filter = f.none() ? null : f;
+    }
+
+    /** A walk of {@code of}'s partition from its start to the end of the log: the same folder
+     *  listing, log start and dense rule, nothing listed or read again. */
+    private PartitionScan(PartitionScan of) {
+        this.dir = of.dir;
+        this.denseTail = of.denseTail;
+        this.end = Long.MAX_VALUE;
+        this.bases = of.bases;
+        this.logStart = of.logStart;
+        this.start = of.start;
+        done = bases.length == 0;
+    }
+
+    /** The partition folder read. */
+    Path folder() {
+        return dir;
     }
 
     /**

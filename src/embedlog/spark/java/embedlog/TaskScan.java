@@ -130,8 +130,7 @@ final class TaskScan implements Closeable {
                 lost(scan.logStartOffset(), Long.MAX_VALUE);  // the reader's close closes it
             }
             if (spec.readCommitted()) {
-                long from = Math.min(Math.max(range.start(), scan.logStartOffset()), range.end());
-                scan.filter(TxnFilter.decide(dir, from, range.end(), dense, starts));
+                scan.readCommitted();
             }
             return true;
         }

@@ -1,7 +1,6 @@
 package embedlog;
 
 import java.io.IOException;
-import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
@@ -12,7 +11,8 @@ import java.util.Map;
  * reader decides them ({@code transactions.CommittedFilter} without an index, through
  * {@code arrow.isolation.committed_batches}).
  *
- * <p>{@link #decide} walks the batch headers from {@code start} (each batch's CRC-32C checked,
+ * <p>{@link #decide} walks the batch headers from {@code start} ({@link PartitionScan#readCommitted}
+ * hands it a scan over the same listing and log start as the range's own scan) (each batch's CRC-32C checked,
  * the order rules of {@link PartitionScan}) past {@code end} until every transaction with a
  * batch in the range has its marker: a transactional data batch of producer id {@code P >= 0}
  * opens {@code P}'s transaction at its base offset (if none is open), and {@code P}'s next
@@ -30,59 +30,45 @@ import java.util.Map;
  */
 final class TxnFilter {
     private static final int ABORT = 0;
-    private final Map<Long, long[]> aborted = new HashMap<>();
-    private final Map<Long, Integer> sizes = new HashMap<>();
+    /** Producer id -> its aborted ranges, {@code [first, marker]} pairs in ascending order. */
+    private final Map<Long, Ranges> aborted = new HashMap<>();
 
     private TxnFilter() {
     }
 
-    /** The aborted transactions of {@code [start, end)} of the partition folder {@code dir}
-     *  ({@code dense}, {@code starts}: as {@link PartitionScan}'s). */
-    static TxnFilter decide(Path dir, long start, long end, boolean dense,
-                            Map<String, Long> starts) throws IOException {
+    /** The aborted transactions of {@code [start, end)}, read through {@code walk}: a scan of
+     *  the partition from {@code start} to the end of the log (the caller closes it). */
+    static TxnFilter decide(PartitionScan walk, long start, long end) throws IOException {
         TxnFilter f = new TxnFilter();
         if (start >= end) {
             return f;  // an empty range: nothing to decide
         }
         Map<Long, Long> open = new HashMap<>();
-        try (PartitionScan walk = new PartitionScan(dir, start, Long.MAX_VALUE, dense, starts,
-                                                    true)) {
-            BatchHeader h = walk.header();
-            while (walk.nextChecked()) {
-                if (h.lastOffset() < start) {
-                    continue;
+        BatchHeader h = walk.header();
+        while (walk.nextChecked()) {
+            if (h.lastOffset() < start) {
+                continue;
+            }
+            int type = h.isControl() ? walk.markerType() : -1;  // (checked as Python does)
+            if (h.baseOffset >= end && open.isEmpty()) {
+                return f;
+            }
+            if (h.isControl()) {
+                Long first = h.producerId >= 0 ? open.remove(h.producerId) : null;
+                if (first != null && type == ABORT) {
+                    f.aborted.computeIfAbsent(h.producerId, k -> new Ranges())
+                        .add(first, h.baseOffset);
                 }
-                int type = h.isControl() ? walk.markerType() : -1;  // (checked as Python does)
-                if (h.baseOffset >= end && open.isEmpty()) {
-                    return f;
-                }
-                if (h.isControl()) {
-                    Long first = h.producerId >= 0 ? open.remove(h.producerId) : null;
-                    if (first != null && type == ABORT) {
-                        f.add(h.producerId, first, h.baseOffset);
-                    }
-                } else if (h.baseOffset < end && h.isTransactional() && h.producerId >= 0) {
-                    open.putIfAbsent(h.producerId, h.baseOffset);
-                }
+            } else if (h.baseOffset < end && h.isTransactional() && h.producerId >= 0) {
+                open.putIfAbsent(h.producerId, h.baseOffset);
             }
         }
         if (!open.isEmpty()) {
-            throw new FallbackException(dir + ": a transaction with records in [" + start + ", "
-                + end + ") has no marker yet (the range reaches past the last stable offset)");
+            throw new FallbackException(walk.folder() + ": a transaction with records in ["
+                + start + ", " + end + ") has no marker yet (the range reaches past the last "
+                + "stable offset)");
         }
         return f;
-    }
-
-    private void add(long pid, long first, long marker) {
-        long[] r = aborted.getOrDefault(pid, new long[4]);
-        int n = sizes.getOrDefault(pid, 0);
-        if (n + 2 > r.length) {
-            r = Arrays.copyOf(r, r.length * 2);
-        }
-        r[n] = first;
-        r[n + 1] = marker;
-        aborted.put(pid, r);
-        sizes.put(pid, n + 2);
     }
 
     /** Whether no transaction of the range was aborted. */
@@ -95,21 +81,36 @@ final class TxnFilter {
         if (!h.isTransactional() || h.isControl() || h.producerId < 0) {
             return false;
         }
-        long[] r = aborted.get(h.producerId);
-        if (r == null) {
-            return false;
-        }
-        int lo = 0;
-        int hi = sizes.get(h.producerId) / 2 - 1;
-        long at = h.baseOffset;
-        while (lo <= hi) {  // the last range whose first offset is at or below the batch's
-            int mid = (lo + hi) >>> 1;
-            if (r[2 * mid] <= at) {
-                lo = mid + 1;
-            } else {
-                hi = mid - 1;
+        Ranges r = aborted.get(h.producerId);
+        return r != null && r.covers(h.baseOffset);
+    }
+
+    /** One producer's aborted ranges: {@code [first, marker]} pairs, ascending, disjoint. */
+    private static final class Ranges {
+        private long[] pairs = new long[4];
+        private int size;
+
+        void add(long first, long marker) {
+            if (size + 2 > pairs.length) {
+                pairs = Arrays.copyOf(pairs, pairs.length * 2);
             }
+            pairs[size++] = first;
+            pairs[size++] = marker;
         }
-        return hi >= 0 && at <= r[2 * hi + 1];
+
+        /** Whether an offset lies in one of the ranges: the last whose first is at or below it. */
+        boolean covers(long at) {
+            int lo = 0;
+            int hi = size / 2 - 1;
+            while (lo <= hi) {
+                int mid = (lo + hi) >>> 1;
+                if (pairs[2 * mid] <= at) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            return hi >= 0 && at <= pairs[2 * hi + 1];
+        }
     }
 }
