@@ -9,12 +9,11 @@ The writer (:func:`recover`) follows Kafka's ``LogLoader`` passes:
    (:func:`embedlog.manifest.check_sealed`);
 3. **log start**: delete whole segments below the log start offset (an interrupted retention);
 4. **recovery**: validate every batch after the recovery point when the last close was not clean
-   (after a clean close only the active segment's state is loaded), cut a torn tail, drop the
-   unflushed segments after a cut, rebuild indexes, seal every segment but the last and fsync
-   the tail. A sealed segment is never cut: damage inside it is corruption, not a torn tail.
-   The ``.txnindex`` of every validated segment is rebuilt from the markers (after a clean
-   close: the active segment's, if it has no usable one; :func:`~embedlog.transactions.
-   rebuild_txn_indexes`).
+   (after a clean close only the active segment's state is loaded, and nothing is fsynced),
+   cut a torn tail, drop the unflushed segments after a cut, rebuild indexes, seal every
+   segment but the last and fsync the tail. A sealed segment is never cut. The ``.txnindex``
+   of every validated segment is rebuilt from the markers (after a clean close: the active
+   segment's, if it has no usable one; :func:`~embedlog.transactions.rebuild_txn_indexes`).
 
 A read-only process never modifies a byte (:func:`open_view`, :func:`adopt`): while the writer
 swaps compacted segments in (``.swap`` files present) it reads what recovery would produce
@@ -319,7 +318,8 @@ def _recover_segments(
             seg.seal()
         i += 1
     rebuild_txn_indexes(segments, min(first, len(segments) - 1), only_missing=clean)
-    segments[-1].flush()
+    if not segments[-1].pristine:  # (else as the last clean close fsynced it)
+        segments[-1].flush()
 
 
 # ---------------------------------------------------------------------------- swaps

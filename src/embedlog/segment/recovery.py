@@ -8,7 +8,8 @@
   validated but never cut: the loader reports its damage);
 * :meth:`SegmentRecovery.load_active_state`: after a clean close, the active segment's end
   offset, max timestamp and roll timestamp from its indexes and the batches after the last
-  index entry, rebuilding indexes that disagree with the log;
+  index entry, rebuilding indexes that disagree with the log; a segment it takes as it is
+  stays ``pristine`` (its seal fsyncs nothing) until something changes it;
 * :meth:`SegmentRecovery._index_batch`: Kafka's index rule, shared with appends: an entry for
   a batch appended after more than ``index.interval.bytes`` bytes since the previous one.
 """
@@ -47,6 +48,7 @@ class SegmentRecovery(SegmentScan):
     _offset_of_max_timestamp: int
     _first_batch_timestamp: int | None
     _bytes_since_index: int
+    pristine: bool
 
     @pinned
     def load_active_state(self) -> None:
@@ -86,6 +88,7 @@ class SegmentRecovery(SegmentScan):
             self._rebuild_indexes()
             return
         self._next_offset = nxt
+        self.pristine = True
 
     def _rebuild_indexes(self) -> None:
         log.warning("rebuilding the inconsistent indexes of %s", self.log_path)
@@ -106,6 +109,7 @@ class SegmentRecovery(SegmentScan):
         batches whose offsets collide neither is yielded (either base offset may be the damaged
         one: they are outside the CRC), so the cut comes before both."""
         assert self._index is not None and self._timeindex is not None
+        self.pristine = False
         self._index.reset()
         self._timeindex.reset()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset

@@ -95,6 +95,10 @@ class Segment(SegmentRecovery, PointReads):
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index = 0
+        self.pristine = False
+        """A writable segment whose three files are as the last clean close left them (and
+        fsynced): set by a clean open (:meth:`load_active_state`), cleared by any append, cut or
+        index rebuild. Sealing a pristine segment fsyncs nothing."""
         self.crc_memo = Memo()  # CRCs checked while sealed (embedlog.segment.crc_memo)
         self._point_owner = point_memo.new_owner()  # its record ends (.point_memo)
         self._open_files(writable, suffix)
@@ -374,6 +378,7 @@ class Segment(SegmentRecovery, PointReads):
                aborted: TxnIndexEntry | None = None) -> int:
         """Write one encoded batch at the end; return its byte position. Not durable until
         :meth:`flush`. An ABORT marker's ``.txnindex`` entry is written (durably) first."""
+        self.pristine = False
         if aborted is not None:
             self.txn_index.append(aborted)
         position = self.size
@@ -400,7 +405,7 @@ class Segment(SegmentRecovery, PointReads):
 
     @pinned
     def flush(self) -> None:
-        """fsync the log (and the indexes, so a clean segment needs no rebuild)."""
+        """fsync the log (the indexes are fsynced by :meth:`seal`)."""
         if self.writable:
             _io.fsync(self._write_fd())
 
@@ -408,17 +413,24 @@ class Segment(SegmentRecovery, PointReads):
     def seal(self, *, sync: bool = True) -> None:
         """Make this segment read-only: final time-index entry, indexes trimmed and synced,
         log synced (Kafka's ``onBecomeInactiveSegment``). ``sync=False`` only for the crash
-        checker's mutation tests (``_io.SAFETY``)."""
+        checker's mutation tests (``_io.SAFETY``).
+
+        A :attr:`pristine` segment is not fsynced: its log and index entries are those its last
+        clean close fsynced, and the trims only undo the open's pre-allocation (a crash that
+        loses them leaves zero padding after the entries, the state of any active segment,
+        which every open reads as such)."""
         if not self.writable:
             return
         assert self._index is not None and self._timeindex is not None
         if self._max_timestamp is not None and self._max_timestamp >= 0:
+            entries = len(self._timeindex)
             self._timeindex.maybe_append(
                 self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
             )
+            self.pristine = self.pristine and len(self._timeindex) == entries
         self._index.trim()
         self._timeindex.trim()
-        if sync:
+        if sync and not self.pristine:
             self._index.flush()
             self._timeindex.flush()
             self.flush()
@@ -440,6 +452,7 @@ class Segment(SegmentRecovery, PointReads):
         if head.base_offset < offset:
             position += head.size
         assert self._index is not None and self._timeindex is not None
+        self.pristine = False
         _io.truncate(self._write_fd(), position)
         self.size = position
         self.recover(truncate=False)
