@@ -182,11 +182,14 @@ def newest_snapshot(directory: str, start: int, end: int, *, quiet: bool = False
 
 def stable_seed(p: StableOwner) -> StableSeed | None:
     """Where a read-only view's :class:`~embedlog.stable_offset.StableOffset` may start instead
-    of the first segment: the newest usable snapshot (see :func:`newest_snapshot`), its
-    producers and the first offsets of the transactions it has open. ``None`` without one, or
-    when the folder cannot be listed (the view then reads every batch header)."""
+    of the first segment: the newest usable snapshot (see :func:`newest_snapshot`) from the
+    first segment's base on (one below the log start inside that segment still knows the
+    transactions whose batches went with the deleted segments), its producers and the first
+    offsets of the transactions it has open. ``None`` without one, or when the folder cannot be
+    listed (the view then reads every batch header)."""
+    first = p.segments[0].base_offset if p.segments else p.start_offset
     try:
-        found = newest_snapshot(p.directory, p.start_offset, p.end_offset, quiet=True)
+        found = newest_snapshot(p.directory, first, p.end_offset, quiet=True)
     except OSError:
         return None
     if found is None:

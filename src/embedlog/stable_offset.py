@@ -62,8 +62,8 @@ class StableOffset:
             seed: Callable[[], StableSeed | None] | None = None) -> int:
         """The last stable offset of ``segments`` ending at ``end``, of a partition whose log
         start is ``start`` (``began``: see :meth:`TxnTracker.stable_from`). ``seed``: asked
-        when reading starts from scratch; a snapshot inside ``segments`` (above the first
-        one's base, at most ``end``) replaces the reading of every batch below its offset."""
+        when reading starts from scratch; a snapshot inside ``segments`` (from the first
+        one's base to ``end``) replaces the reading of every batch below its offset."""
         known = self._segments
         if end < self._end or len(segments) < len(known) or \
                 any(a is not b for a, b in zip(known, segments, strict=False)):
@@ -86,11 +86,13 @@ class StableOffset:
 
     def _seeded(self, segments: Sequence[Segment], end: int,
                 seed: Callable[[], StableSeed | None]) -> tuple[int, int]:
-        """Start from ``seed()`` when it lies inside ``segments``: the index of the segment
-        holding its offset and the offset (batches below it are the seed's); else ``(0, -1)``.
-        The seed's producers count as marked: where each one's transaction began is known."""
+        """Start from ``seed()`` when it lies inside ``segments`` (the first one's base
+        included: its transactions may have begun in segments deleted since): the index of the
+        segment holding its offset and the offset (batches below it are the seed's); else
+        ``(0, -1)``. The seed's producers count as marked: where each one's transaction began
+        is known."""
         found = seed()
-        if found is None or not segments[0].base_offset < found.offset <= end:
+        if found is None or not segments[0].base_offset <= found.offset <= end:
             return 0, -1
         i = bisect.bisect_right([s.base_offset for s in segments], found.offset) - 1
         self._tracker.open.update(found.open)
