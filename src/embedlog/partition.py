@@ -154,7 +154,7 @@ class Partition:
         if self.writable and self.damage is None:
             if not segs:
                 self._add_segment(self.start_offset)
-            producer_state_store.prune(self.directory, self.start_offset, self.end_offset)
+            producer_state_store.prune(self.directory, self._bases[0], self.end_offset)
             self._commit.durable_end = self.end_offset  # recovery ended with a synced tail
 
     # ------------------------------------------------------------------ state

@@ -65,6 +65,7 @@ __all__ = [
     "newest_snapshot",
     "prune",
     "read_snapshot",
+    "snapshot_floor",
     "snapshot_offsets",
     "stable_seed",
     "take_snapshot",
@@ -151,13 +152,21 @@ def load_state(owner: StateOwner) -> ProducerStateTable:
 def from_snapshots(owner: StateOwner) -> ProducerStateTable | None:
     """The state from the newest usable snapshot and the batches from its offset on; ``None``
     when no snapshot is usable."""
-    found = newest_snapshot(owner.directory, owner.start_offset, owner.end_offset)
+    found = newest_snapshot(owner.directory, snapshot_floor(owner), owner.end_offset)
     if found is None:
         return None
     offset, entries = found
     table = ProducerStateTable.from_snapshot(entries, owner.producer_id_expiration_ms)
     table.replay(owner.segments, offset)
     return table
+
+
+def snapshot_floor(owner: StateOwner | StableOwner) -> int:
+    """The lowest offset a usable snapshot of ``owner`` may have: its first segment's base (a
+    snapshot below the log start inside that segment still holds the producers whose batches
+    went with the segments deleted before it, as Kafka keeps the snapshots of the segments it
+    keeps); the log start when it has no segment."""
+    return owner.segments[0].base_offset if owner.segments else owner.start_offset
 
 
 def newest_snapshot(directory: str, start: int, end: int, *, quiet: bool = False
@@ -182,14 +191,12 @@ def newest_snapshot(directory: str, start: int, end: int, *, quiet: bool = False
 
 def stable_seed(p: StableOwner) -> StableSeed | None:
     """Where a read-only view's :class:`~embedlog.stable_offset.StableOffset` may start instead
-    of the first segment: the newest usable snapshot (see :func:`newest_snapshot`) from the
-    first segment's base on (one below the log start inside that segment still knows the
-    transactions whose batches went with the deleted segments), its producers and the first
-    offsets of the transactions it has open. ``None`` without one, or when the folder cannot be
-    listed (the view then reads every batch header)."""
-    first = p.segments[0].base_offset if p.segments else p.start_offset
+    of the first segment: the newest usable snapshot (see :func:`newest_snapshot`) from
+    :func:`snapshot_floor` on, its producers and the first offsets of the transactions it has
+    open. ``None`` without one, or when the folder cannot be listed (the view then reads every
+    batch header)."""
     try:
-        found = newest_snapshot(p.directory, first, p.end_offset, quiet=True)
+        found = newest_snapshot(p.directory, snapshot_floor(p), p.end_offset, quiet=True)
     except OSError:
         return None
     if found is None:
@@ -214,7 +221,7 @@ def take_snapshot(owner: StateOwner, offset: int, *, load: bool) -> None:
         return
     _io.write_atomic(segment_path(owner.directory, offset, SNAPSHOT_SUFFIX),
                      encode_snapshot(table.snapshot_entries()))
-    prune(owner.directory, owner.start_offset, offset)
+    prune(owner.directory, snapshot_floor(owner), offset)
 
 
 def prune(directory: str, start: int, end: int, keep: int = KEEP_SNAPSHOTS) -> None:
