@@ -40,7 +40,8 @@ def _record(root: str, session: str) -> tuple[RecordingFS, dict[int, list[bytes]
                             upkeep=False)
         if session == "none":
             for i in range(3):
-                log.append("t", b"none-%d" % i, partition=0)
+                # an old timestamp: no time-index entry, so only the append marks the change
+                log.append("t", b"none-%d" % i, partition=0, timestamp=1)
                 want[0].append(b"none-%d" % i)
         log.close()
     return fs, want
@@ -64,9 +65,11 @@ def test_an_idle_session_fsyncs_no_segment_file() -> None:
 
 
 def test_a_written_partition_is_fsynced_at_close_and_the_idle_ones_are_not() -> None:
+    """The written partition's log and both indexes (the seal: a clean open trusts them)."""
     fs, _ = _record(scratch_dir(), "none")
-    fsynced = {os.path.basename(os.path.dirname(p)) for p in _segment_fsyncs(fs)}
-    assert fsynced == {"t-0"}
+    fsynced = {(os.path.basename(os.path.dirname(p)), os.path.splitext(p)[1])
+               for p in _segment_fsyncs(fs)}
+    assert fsynced == {("t-0", suffix) for suffix in SEGMENT_SUFFIXES}
 
 
 def _problems(path: str, want: dict[int, list[bytes]], complete: bool) -> list[str]:
