@@ -556,3 +556,29 @@ def test_salvage_deletes_the_snapshots_above_a_loss(log_dir: pathlib.Path) -> No
         table = loaded(p)
         assert kept(table) == kept(full_scan(p))
         assert table.entries[7].last_sequence == 26
+
+
+def test_the_first_segments_snapshot_below_the_log_start_is_kept(tmp_path: pathlib.Path
+                                                                ) -> None:
+    """``delete_records`` into the first segment left: that segment's snapshot, now below the
+    log start, survives the writer's reopen (it still holds the producers whose batches went
+    with the deleted segments) and is the one the state loads from."""
+    path = tmp_path / "log"
+    with embedlog.open(path) as log:
+        log.create_topic("t", config={"segment.bytes": 1024})
+        producer = log.producer(idempotent=True)
+        for i in range(59):
+            producer.send("t", b"record-%02d" % i, partition=0)
+            producer.flush()
+        producer.close()
+        first = int(sorted(p.name for p in (path / "t-0").glob("*.log"))[-1][:20])
+        assert 0 < first < 58
+        log.delete_records("t", 0, first + 3)
+    snapshot = path / "t-0" / f"{first:020d}.snapshot"
+    assert snapshot.exists()
+    with embedlog.open(path) as log:
+        assert snapshot.exists()
+        assert log.start_offset("t", 0) == first + 3
+        p = log._partition_of("t", 0)
+        assert [e.producer_id for e in p.producer_states().snapshot_entries()] == [
+            producer.producer_id]
