@@ -2,7 +2,7 @@
 
 Each target in ``fuzz_targets/`` runs in its own subprocess under libFuzzer limits
 (``-rss_limit_mb``, ``-malloc_limit_mb``, ``-timeout``), all targets at once, for
-``EMBEDLOG_FUZZ_SECONDS`` (default 20) each, seeded with valid inputs built here. A target fails
+``EMBEDLOG_FUZZ_SECONDS`` (default 12) each, seeded with valid inputs built here. A target fails
 on any exception other than embedlog's own, a wrong answer it checks, an out-of-memory or a
 timeout.
 
