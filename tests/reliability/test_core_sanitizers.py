@@ -96,7 +96,7 @@ def test_core_under_address_and_ub_sanitizers() -> None:
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     env.pop("EMBEDLOG_PURE", None)
     env.pop("EMBEDLOG_QUICK", None)
-    env.setdefault("EMBEDLOG_CORRUPTION_TRIALS", "600")  # ~4x slower under the sanitizers
+    env.setdefault("EMBEDLOG_CORRUPTION_TRIALS", "450")  # ~4x slower under the sanitizers
     check = subprocess.run(
         [sys.executable, "-c", "from embedlog.segment import _ccodec, _native; "
          "from embedlog.compaction import _native as k; from embedlog import producer_lane; "

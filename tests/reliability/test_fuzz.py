@@ -2,7 +2,7 @@
 
 Each target in ``fuzz_targets/`` runs in its own subprocess under libFuzzer limits
 (``-rss_limit_mb``, ``-malloc_limit_mb``, ``-timeout``), all targets at once, for
-``EMBEDLOG_FUZZ_SECONDS`` (default 12) each, seeded with valid inputs built here. A target fails
+``EMBEDLOG_FUZZ_SECONDS`` (default 10) each, seeded with valid inputs built here. A target fails
 on any exception other than embedlog's own, a wrong answer it checks, an out-of-memory or a
 timeout.
 
@@ -38,7 +38,7 @@ if _native.CORE is None:  # the core targets exit at once without the compiled c
     TARGETS = tuple(t for t in TARGETS if t not in ("core", "compaction"))
 if producer_lane.LANE_IMPLEMENTATION != "c":  # nor the lane target without the compiled lane
     TARGETS = tuple(t for t in TARGETS if t != "lane")
-SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "12"))
+SECONDS = int(os.environ.get("EMBEDLOG_FUZZ_SECONDS", "10"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
