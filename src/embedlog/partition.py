@@ -110,8 +110,7 @@ class Partition:
         self.clock = clock
         self._on_start_offset = on_start_offset
         self._on_roll = on_roll
-        self._start_offset_source = start_offset_source
-        """Read-only views: where the writer's persisted log start offset is read from."""
+        self._start_offset_source = start_offset_source  # views: the writer's log start
         self.settings = SegmentSettings(
             index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes,
@@ -154,7 +153,8 @@ class Partition:
         if self.writable and self.damage is None:
             if not segs:
                 self._add_segment(self.start_offset)
-            producer_state_store.prune(self.directory, self._bases[0], self.end_offset)
+            producer_state_store.prune(self.directory, producer_state_store.snapshot_floor(self),
+                                       self.end_offset)
             self._commit.durable_end = self.end_offset  # recovery ended with a synced tail
 
     # ------------------------------------------------------------------ state

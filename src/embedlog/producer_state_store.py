@@ -5,12 +5,12 @@
 A snapshot named ``N`` holds the state of every batch below offset ``N``. Rules:
 
 * **load** (:func:`load_state`, the first time a writer needs the state after an open): the
-  newest snapshot whose offset lies within ``[log start, log end]`` that reads and decodes is
-  taken, and the batch headers at and after its offset are replayed
-  (:meth:`~embedlog.producer_state.ProducerStateTable.replay`); one that is unreadable, corrupt
-  (version, size, CRC, ranges), too large or not a regular file is passed over with a warning
-  for the next older one, and without any the state is rebuilt from every batch header. A
-  snapshot is never trusted beyond the log end, and never fatal;
+  newest snapshot whose offset lies within ``[first segment's base, log end]``
+  (:func:`snapshot_floor`) that reads and decodes is taken, and the batch headers at and after
+  its offset are replayed (:meth:`~embedlog.producer_state.ProducerStateTable.replay`); one
+  that is unreadable, corrupt (version, size, CRC, ranges), too large or not a regular file is
+  passed over with a warning for the next older one, and without any the state is rebuilt
+  from every batch header. A snapshot is never trusted beyond the log end, and never fatal;
 * **write** (:func:`take_snapshot`): at a roll (offset = the new segment's base, once the old
   one is sealed and fsynced) and at a close (offset = the log end, once flushed), so a snapshot
   never covers offsets that are not durable. At a roll a partition whose state was never loaded
@@ -20,8 +20,8 @@ A snapshot named ``N`` holds the state of every batch below offset ``N``. Rules:
   :func:`embedlog._io.write_atomic` (temporary file, fsync, rename, directory fsync); an I/O
   error reaches the caller like any other (at a roll it poisons the partition);
 * **prune** (:func:`prune`, after each write and at the writer's open, after recovery): the
-  snapshots above the log end (stale: recovery cut what they describe) or below the log start
-  are deleted, and all but the newest :data:`KEEP_SNAPSHOTS` of the rest.
+  snapshots above the log end (stale: recovery cut what they describe) or below the first
+  segment's base are deleted, and all but the newest :data:`KEEP_SNAPSHOTS` of the rest.
 
 A read-only open never writes nor prunes a snapshot, and loads none as producer state; its last
 stable offset starts reading at the newest one (:func:`stable_seed`).
@@ -164,8 +164,8 @@ def from_snapshots(owner: StateOwner) -> ProducerStateTable | None:
 def snapshot_floor(owner: StateOwner | StableOwner) -> int:
     """The lowest offset a usable snapshot of ``owner`` may have: its first segment's base (a
     snapshot below the log start inside that segment still holds the producers whose batches
-    went with the segments deleted before it, as Kafka keeps the snapshots of the segments it
-    keeps); the log start when it has no segment."""
+    went with the segments deleted before it; Kafka's log, too, keeps snapshots by segment base
+    offsets, ``minSnapshotsOffsetToRetain``); the log start when it has no segment."""
     return owner.segments[0].base_offset if owner.segments else owner.start_offset
 
 
