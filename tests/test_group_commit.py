@@ -13,7 +13,7 @@ import pytest
 
 import embedlog
 from doubles import Call, ScriptedFS
-from embedlog import _io
+from embedlog import _io, group_commit
 from embedlog.group_commit import GroupCommit, Queued
 
 WAIT = 30.0  # generous bound for a thread to reach a point it must reach (a hang guard only)
@@ -45,7 +45,7 @@ def test_covered_follower_returns_while_the_next_fsync_runs() -> None:
         started[n].set()
         assert release[n].wait(WAIT)
 
-    gc = GroupCommit(flush, lambda entries: (0, gc.written))
+    gc = GroupCommit(flush, lambda entries: (0, gc.written), lambda: 1 << 20)
     gc.written = 2  # appends 1 and 2 written: the first fsync covers both
     leader = threading.Thread(target=gc.sync, args=(1,))
     leader.start()
@@ -74,15 +74,6 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
     with embedlog.open(log_dir, durability="fsync") as log:
         log.create_topic("t")
         p = log._topic("t").partitions[0]
-        fs = ScriptedFS()
-        held, release = threading.Event(), threading.Event()
-
-        def hold(call: Call) -> None:
-            if not held.is_set():
-                held.set()
-                assert release.wait(WAIT)
-
-        fs.before("fsync", hold, match=lambda c: (c.path or "").endswith(".log"))
         errors: list[BaseException] = []
         results: list[int] = []
 
@@ -92,27 +83,104 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
-        with _io.use_backend(fs):
-            first = threading.Thread(target=append, args=(0,))
-            first.start()
-            assert held.wait(WAIT)
-            rest = [threading.Thread(target=append, args=(i,)) for i in range(1, threads)]
-            for t in rest:
-                t.start()
+        def queued() -> None:
             # Every other append is queued while the first fsync is held (none writes while an
             # fsync runs); the next leader appends all seven, then fsyncs once.
-            _until(lambda: p._commit.parked >= threads - 1)
             assert p._commit.written == 1
-            release.set()
-            for t in [first, *rest]:
-                t.join(WAIT)
-                assert not t.is_alive()
+
+        fs = _round_behind_held_fsync(log, append, threads, queued)
         assert errors == []
         assert sorted(results) == list(range(threads))
         # One fsync for the first append, one for the seven written while it ran.
         assert fs.count("fsync", suffix=".log") == 2
         values = sorted(r.value or b"" for r in log.read("t", 0))
         assert values == sorted(b"v%d" % i for i in range(threads))
+
+
+def _round_behind_held_fsync(log: embedlog.Log, append: Callable[[int], None], threads: int,
+                             queued: Callable[[], None] = lambda: None) -> ScriptedFS:
+    """Run ``append(0)``, hold its fsync while ``append(1..threads-1)`` queue behind it (so the
+    next leader writes all of them in one round; ``queued()`` runs then), then let everything
+    finish. Returns the file system the round ran on."""
+    p = log._topic("t").partitions[0]
+    fs = ScriptedFS()
+    held, release = threading.Event(), threading.Event()
+
+    def hold(call: Call) -> None:
+        if not held.is_set():
+            held.set()
+            assert release.wait(WAIT)
+
+    fs.before("fsync", hold, match=lambda c: (c.path or "").endswith(".log"))
+    with _io.use_backend(fs):
+        first = threading.Thread(target=append, args=(0,))
+        first.start()
+        assert held.wait(WAIT)
+        rest = [threading.Thread(target=append, args=(i,)) for i in range(1, threads)]
+        for t in rest:
+            t.start()
+        _until(lambda: p._commit.parked >= threads - 1)
+        queued()
+        release.set()
+        for t in [first, *rest]:
+            t.join(WAIT)
+            assert not t.is_alive()
+    return fs
+
+
+def test_one_record_appends_of_a_round_share_one_batch(log_dir: pathlib.Path) -> None:
+    """The seven one-record appends queued behind a held fsync are written as one batch; each
+    caller's metadata names its own record there (offset, timestamp), with its key, headers
+    and timestamp (one earlier than the batch's first: a negative delta) as given."""
+    threads = 8
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        p = log._topic("t").partitions[0]
+        given: dict[bytes, tuple[bytes | None, list[tuple[str, bytes | None]] | None, int]] = {}
+        got: dict[bytes, embedlog.RecordMetadata] = {}
+
+        def append(i: int) -> None:
+            value = b"v%d" % i
+            given[value] = (b"k%d" % i if i % 3 else None,
+                            [("h", b"%d" % i), ("n", None)] if i % 2 else None, 5_000 - i * 7)
+            key, headers, ts = given[value]
+            got[value] = log.append("t", value, key=key, headers=headers, timestamp=ts)
+
+        _round_behind_held_fsync(log, append, threads)
+        assert len(got) == threads
+        assert [h.records_count for h, _ in p.batches(0)] == [1, threads - 1]
+        for r in log.read("t", 0):
+            assert r.value is not None
+            meta = got[r.value]
+            key, headers, ts = given[r.value]
+            assert (meta.offset, meta.timestamp) == (r.offset, r.timestamp) == (meta.offset, ts)
+            assert (r.key, list(r.headers) or None) == (key, headers)
+    with embedlog.open(log_dir) as log:  # as stored
+        assert sorted(r.value or b"" for r in log.read("t", 0)) == sorted(given)
+
+
+@pytest.mark.parametrize("why", ["too large", "merge failed"])
+def test_appends_that_cannot_share_a_batch_are_written_batch_by_batch(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, why: str) -> None:
+    """Queued appends whose merged batch would pass ``max.message.bytes``, or fails to be
+    made, are written each in its own batch."""
+    threads = 4
+    if why == "merge failed":
+        def fail(*args: object) -> None:
+            raise RuntimeError("injected")
+        monkeypatch.setattr(group_commit, "merge_records", fail)
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t", config={"max.message.bytes": "400" if why == "too large"
+                                      else "10000"})
+        p = log._topic("t").partitions[0]
+        landed: dict[int, bytes] = {}
+
+        def append(i: int) -> None:
+            landed[log.append("t", bytes([i]) * 200).offset] = bytes([i]) * 200
+
+        _round_behind_held_fsync(log, append, threads)
+        assert [h.records_count for h, _ in p.batches(0)] == [1] * threads
+        assert {r.offset: r.value for r in log.read("t", 0)} == landed
 
 
 def test_a_failed_fsync_fails_every_append_of_its_round(log_dir: pathlib.Path) -> None:
@@ -154,7 +222,7 @@ class _Rounds:
         self.hold = threading.Event()
         self.held = threading.Event()
         self.hold.set()
-        self.gc = GroupCommit(self._flush, self._write_round)
+        self.gc = GroupCommit(self._flush, self._write_round, lambda: 1 << 20)
 
     def _write_round(self, entries: list[Queued]) -> tuple[int, int]:
         for entry in entries:

@@ -30,6 +30,7 @@ Lock order: the partition lock -> ``OpenBatch.lock``.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -105,7 +106,9 @@ def write_records(
     when its batch opened passes them on). ``expect_base``: the offset the records were
     promised (a reservation); landing elsewhere is a broken invariant. ``queued``: a writer
     that waits for its own fsync (``Log.append``) joins the group commit's queue
-    (:meth:`Partition.append_queued <embedlog.partition.Partition.append_queued>`)."""
+    (:meth:`Partition.append_queued <embedlog.partition.Partition.append_queued>`), where
+    one plain record (uncompressed, CreateTime, no producer) may share a batch with other
+    writers' records."""
     check_keys(p.topic, p.config, keys)
     out: list[fmt.BatchHeader] = []
     _write_all(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base,
@@ -145,7 +148,15 @@ def _write_all(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
         append_time = p.clock()
     elif append_time is not None and append_time < 0:
         append_time = None
-    append = p.append_queued if queued else p.append_encoded
+    append: Callable[[bytearray], fmt.BatchHeader] = p.append_encoded
+    if queued:
+        append = p.append_queued
+        if (len(values) == 1 and codec is Compression.NONE and append_time is None
+                and stamp is None):  # one plain record: the group commit may merge it
+            record = (values[0], None if keys is None else keys[0],
+                      None if headers is None else headers[0], timestamps
+                      if timestamps.__class__ is int else timestamps[0])
+            append = functools.partial(p.append_queued, record=record)
     return _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base,
                   out, append, flags)
 

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import _io, loader, partition_read, producer_state_store
 from .config import TopicConfig
@@ -47,7 +47,7 @@ from .errors import (
     RecordTooLargeError,
     StorageError,
 )
-from .group_commit import GroupCommit, Queued
+from .group_commit import GroupCommit, PlainRecord, Queued
 from .manifest import write_manifest
 from .producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerStateTable
 from .records import Record
@@ -121,7 +121,8 @@ class Partition:
         self.start_offset = 0
         self.stable = StableOffset()  # the last stable offset, read incrementally (under lock)
         self.lock = threading.RLock()
-        self._commit = GroupCommit(self._flush_active, self._write_round)
+        self._commit = GroupCommit(self._flush_active, self._write_round,
+                                   lambda: self.config.max_message_bytes)
         self.poisoned: BaseException | None = None
         self.refusal: Callable[[], EmbedlogError] | None = None  # refused: quarantine, fork
         self.damage: CorruptionError | None = None
@@ -246,16 +247,15 @@ class Partition:
             self.sync(seq)
         return header
 
-    def append_queued(self, batch: bytearray) -> fmt.BatchHeader:
+    def append_queued(self, batch: bytearray, record: PlainRecord | None = None) -> Any:
         """:meth:`append_encoded` for a writer that waits for its own fsync: in ``fsync`` mode
-        the batch joins the group commit's queue and the round's leader appends every queued
-        batch, then fsyncs once (:meth:`GroupCommit.commit_queued
-        <embedlog.group_commit.GroupCommit.commit_queued>`)."""
+        the batch (of one plain ``record``: mergeable) joins the group commit's queue and the
+        round's leader appends every queued batch, then fsyncs once
+        (:meth:`GroupCommit.commit_queued <embedlog.group_commit.GroupCommit.commit_queued>`)."""
         if not (self.fsync_appends and _io.SAFETY.fsync_before_ack):
             return self.append_encoded(batch)
         self._check_batch_size(batch)
-        header: fmt.BatchHeader = self._commit.commit_queued(batch)
-        return header
+        return self._commit.commit_queued(batch, record)
 
     def _write_round(self, entries: list[Queued]) -> tuple[int, int]:
         """A group-commit round's write: the reservation, then each queued batch (its header
