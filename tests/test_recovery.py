@@ -162,6 +162,59 @@ def test_kill_minus_9_loses_nothing_acknowledged(log_dir: pathlib.Path) -> None:
         assert sorted(present) == list(range(len(present)))
 
 
+THREADS_CHILD = textwrap.dedent(
+    """
+    import sys, threading, embedlog
+    path = sys.argv[1]
+    out = threading.Lock()
+    with embedlog.open(path, durability="fsync") as log:
+        if "t" not in log.topics():
+            log.create_topic("t", config={"segment.bytes": 8192})
+        start = log.end_offset("t", 0)
+
+        def work(n):
+            for i in range(10**9):
+                value = b"w%d-%d-%d" % (start, n, i)
+                meta = log.append("t", value, key=b"k%d" % n)
+                with out:
+                    print("ACK", meta.offset, value.decode(), flush=True)
+
+        out.acquire()  # READY first
+        for n in range(4):
+            threading.Thread(target=work, args=(n,), daemon=True).start()
+        print("READY", flush=True)
+        out.release()
+        threading.Event().wait()
+    """
+)
+
+
+def test_kill_minus_9_loses_no_acknowledged_record_of_concurrent_appenders(
+        log_dir: pathlib.Path) -> None:
+    """Four threads append with fsync (their one-record appends share rounds and batches):
+    after SIGKILL every acknowledged record is at the offset it was acknowledged at."""
+    acked: dict[int, bytes] = {}
+    for round_ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", THREADS_CHILD, str(log_dir)],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+        for _ in range(100 + round_ * 50):
+            _, offset, value = proc.stdout.readline().split()
+            acked[int(offset)] = value.encode()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for line in proc.stdout:
+            if line.startswith("ACK") and len(line.split()) == 3:
+                acked[int(line.split()[1])] = line.split()[2].encode()
+        with embedlog.open(log_dir) as log:
+            present = {r.offset: r.value for r in log.read("t", 0)}
+            shared = [h.records_count for h, _ in log._topic("t").partitions[0].batches(0)]
+        assert {o: present.get(o) for o in acked} == acked
+        assert sorted(present) == list(range(len(present)))
+    assert max(shared) > 1  # rounds did merge
+
+
 def test_damage_in_sealed_segment_is_never_truncated_by_recovery(log_dir: pathlib.Path) -> None:
     """Even when recovery must re-validate sealed segments (recovery point lost), a bad batch
     inside one is reported, not cut off together with every later segment."""
