@@ -72,6 +72,26 @@ def test_a_written_partition_is_fsynced_at_close_and_the_idle_ones_are_not() -> 
     assert fsynced == {("t-0", suffix) for suffix in SEGMENT_SUFFIXES}
 
 
+def test_a_log_fsynced_since_its_last_append_is_not_fsynced_again() -> None:
+    """A durable session's appends each fsync the log; sealing it at close does not fsync it
+    again (only the indexes), and a ``durability="none"`` session's log is fsynced once."""
+    root = scratch_dir()
+    path = os.path.join(root, "log")
+    _setup(path)
+    fs = RecordingFS(root)
+    with _io.use_backend(fs):
+        with embedlog.open(path, durability="fsync", upkeep=False) as log:
+            for i in range(3):
+                log.append("t", b"durable-%d" % i, partition=0, timestamp=1)
+            log.flush()
+            durable = len([p for p in _segment_fsyncs(fs) if p.endswith(".log")])
+        closed = [p for p in _segment_fsyncs(fs)][durable:]
+    assert durable == 3
+    assert sorted(os.path.splitext(p)[1] for p in closed) == [".index", ".timeindex"]
+    fs, _ = _record(scratch_dir(), "none")
+    assert len([p for p in _segment_fsyncs(fs) if p.endswith(".log")]) == 1
+
+
 def _problems(path: str, want: dict[int, list[bytes]], complete: bool) -> list[str]:
     """``complete``: every record must be there; else (before the close returned, appends of
     durability "none" may be lost) the set-up records and a prefix of the rest."""

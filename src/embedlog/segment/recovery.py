@@ -49,6 +49,7 @@ class SegmentRecovery(SegmentScan):
     _first_batch_timestamp: int | None
     _bytes_since_index: int
     pristine: bool
+    log_synced: bool
 
     @pinned
     def load_active_state(self) -> None:
@@ -109,7 +110,7 @@ class SegmentRecovery(SegmentScan):
         batches whose offsets collide neither is yielded (either base offset may be the damaged
         one: they are outside the CRC), so the cut comes before both."""
         assert self._index is not None and self._timeindex is not None
-        self.pristine = False
+        self.pristine = self.log_synced = False
         self._index.reset()
         self._timeindex.reset()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset

@@ -99,6 +99,9 @@ class Segment(SegmentRecovery, PointReads):
         """A writable segment whose three files are as the last clean close left them (and
         fsynced): set by a clean open (:meth:`load_active_state`), cleared by any append, cut or
         index rebuild. Sealing a pristine segment fsyncs nothing."""
+        self.log_synced = False
+        """Every byte of the log is fsynced: set by :meth:`flush`, cleared by any append, cut
+        or recovery; :meth:`flush` (and so the seal) does not fsync the log again."""
         self.crc_memo = Memo()  # CRCs checked while sealed (embedlog.segment.crc_memo)
         self._point_owner = point_memo.new_owner()  # its record ends (.point_memo)
         self._open_files(writable, suffix)
@@ -378,7 +381,7 @@ class Segment(SegmentRecovery, PointReads):
                aborted: TxnIndexEntry | None = None) -> int:
         """Write one encoded batch at the end; return its byte position. Not durable until
         :meth:`flush`. An ABORT marker's ``.txnindex`` entry is written (durably) first."""
-        self.pristine = False
+        self.pristine = self.log_synced = False
         if aborted is not None:
             self.txn_index.append(aborted)
         position = self.size
@@ -405,9 +408,10 @@ class Segment(SegmentRecovery, PointReads):
 
     @pinned
     def flush(self) -> None:
-        """fsync the log (the indexes are fsynced by :meth:`seal`)."""
-        if self.writable:
+        """fsync the log unless :attr:`log_synced` (the indexes are fsynced by :meth:`seal`)."""
+        if self.writable and not self.log_synced:
             _io.fsync(self._write_fd())
+            self.log_synced = True
 
     @pinned
     def seal(self, *, sync: bool = True) -> None:
@@ -452,7 +456,7 @@ class Segment(SegmentRecovery, PointReads):
         if head.base_offset < offset:
             position += head.size
         assert self._index is not None and self._timeindex is not None
-        self.pristine = False
+        self.pristine = self.log_synced = False
         _io.truncate(self._write_fd(), position)
         self.size = position
         self.recover(truncate=False)
