@@ -85,9 +85,11 @@ class Queued:
     """One writer of a round. ``batch``: its encoded batch (:meth:`GroupCommit.commit_queued`)
     or None (:meth:`GroupCommit.sync_through`: its record at ``offset`` is in the reserved
     batch); ``record``: the one plain record of ``batch``, if it may be merged (see the module
-    notes). ``write_round`` sets ``header`` or ``error``; ``done`` once its round's fsync ended
-    (or failed); ``lead``: woken to lead the next round; ``gone``: its caller was interrupted
-    while parked (its turn in a chain passes on); ``wake``: the lock it parks on."""
+    notes); a merged writer's ``offset`` is where its record landed, from which :meth:`result`
+    makes its header once it runs again. ``write_round`` sets ``header`` or ``error``;
+    ``done`` once its round's fsync ended (or failed); ``lead``: woken to lead the next
+    round; ``gone``: its caller was interrupted while parked (its turn in a chain passes on);
+    ``wake``: the lock it parks on."""
 
     __slots__ = ("batch", "done", "error", "gone", "header", "lead", "offset", "record", "wake")
 
@@ -96,16 +98,20 @@ class Queued:
         self.batch = batch
         self.offset = offset
         self.record = record
-        self.header: Any = None
+        self.header: fmt.BatchHeader | None = None
         self.error: BaseException | None = None
         self.done = False
         self.lead = False
         self.gone = False
         self.wake: Any = None
 
-    def result(self) -> Any:
+    def result(self) -> fmt.BatchHeader:
         if self.error is not None:
             raise self.error
+        if self.header is None and self.batch is not None and self.offset >= 0:  # merged
+            fmt.set_base_offset(self.batch, self.offset)
+            self.header = fmt.parse_header(self.batch, 0)
+        assert self.header is not None
         return self.header
 
 
@@ -207,7 +213,8 @@ class GroupCommit:
 
     # ------------------------------------------------------------------ rounds
 
-    def commit_queued(self, batch: bytearray, record: PlainRecord | None = None) -> Any:
+    def commit_queued(self, batch: bytearray, record: PlainRecord | None = None
+                      ) -> fmt.BatchHeader:
         """Return ``batch``'s header once it is appended and on disk (see the module notes);
         raise its error (of its append, or of the round's write or fsync). ``record``: the
         batch's one record, if it may be merged with other writers' (see the module notes)."""
@@ -387,12 +394,12 @@ class GroupCommit:
 
 
 def _spread(merged: Queued, members: list[Queued]) -> None:
-    """Give each merged writer its result: its own batch's header at the offset its record
-    got in the merged batch, or the merged batch's error."""
+    """Give each merged writer its result: the offset its record got in the merged batch (its
+    header is made by its own :meth:`Queued.result`, not by the leader before it wakes
+    anyone), or the merged batch's error."""
     header = merged.header
     for i, entry in enumerate(members):
         if merged.error is not None or header is None:
             entry.error = merged.error
         else:
-            fmt.set_base_offset(entry.batch, header.base_offset + i)  # type: ignore[arg-type]
-            entry.header = fmt.parse_header(entry.batch, 0)  # type: ignore[arg-type]
+            entry.offset = header.base_offset + i

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from . import _io, loader, partition_read, producer_state_store
 from .config import TopicConfig
@@ -247,7 +247,7 @@ class Partition:
             self.sync(seq)
         return header
 
-    def append_queued(self, batch: bytearray, record: PlainRecord | None = None) -> Any:
+    def append_queued(self, batch: bytearray, record: PlainRecord | None = None) -> fmt.BatchHeader:
         """:meth:`append_encoded` for a writer that waits for its own fsync: in ``fsync`` mode
         the batch (of one plain ``record``: mergeable) joins the group commit's queue and the
         round's leader appends every queued batch, then fsyncs once
