@@ -85,11 +85,9 @@ class Queued:
     """One writer of a round. ``batch``: its encoded batch (:meth:`GroupCommit.commit_queued`)
     or None (:meth:`GroupCommit.sync_through`: its record at ``offset`` is in the reserved
     batch); ``record``: the one plain record of ``batch``, if it may be merged (see the module
-    notes); a merged writer's ``offset`` is where its record landed, from which :meth:`result`
-    makes its header once it runs again. ``write_round`` sets ``header`` or ``error``;
-    ``done`` once its round's fsync ended (or failed); ``lead``: woken to lead the next
-    round; ``gone``: its caller was interrupted while parked (its turn in a chain passes on);
-    ``wake``: the lock it parks on."""
+    notes). ``write_round`` sets ``header`` or ``error``; ``done`` once its round's fsync ended
+    (or failed); ``lead``: woken to lead the next round; ``gone``: its caller was interrupted
+    while parked (its turn in a chain passes on); ``wake``: the lock it parks on."""
 
     __slots__ = ("batch", "done", "error", "gone", "header", "lead", "offset", "record", "wake")
 
@@ -108,9 +106,6 @@ class Queued:
     def result(self) -> fmt.BatchHeader:
         if self.error is not None:
             raise self.error
-        if self.header is None and self.batch is not None and self.offset >= 0:  # merged
-            fmt.set_base_offset(self.batch, self.offset)
-            self.header = fmt.parse_header(self.batch, 0)
         assert self.header is not None
         return self.header
 
@@ -394,12 +389,12 @@ class GroupCommit:
 
 
 def _spread(merged: Queued, members: list[Queued]) -> None:
-    """Give each merged writer its result: the offset its record got in the merged batch (its
-    header is made by its own :meth:`Queued.result`, not by the leader before it wakes
-    anyone), or the merged batch's error."""
+    """Give each merged writer its result: its own batch's header at the offset its record
+    got in the merged batch, or the merged batch's error."""
     header = merged.header
     for i, entry in enumerate(members):
         if merged.error is not None or header is None:
             entry.error = merged.error
         else:
-            entry.offset = header.base_offset + i
+            fmt.set_base_offset(entry.batch, header.base_offset + i)  # type: ignore[arg-type]
+            entry.header = fmt.parse_header(entry.batch, 0)  # type: ignore[arg-type]
