@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
 import embedlog
 from doubles import Call, ScriptedFS
@@ -157,6 +158,32 @@ def test_one_record_appends_of_a_round_share_one_batch(log_dir: pathlib.Path) ->
             assert (r.key, list(r.headers) or None) == (key, headers)
     with embedlog.open(log_dir) as log:  # as stored
         assert sorted(r.value or b"" for r in log.read("t", 0)) == sorted(given)
+
+
+def test_a_merged_batch_reads_the_same_in_kafka_python(log_dir: pathlib.Path) -> None:
+    """kafka-python's independent v2 reader validates the merged batch's CRC and reads every
+    record as embedlog does (timestamps before the batch's first: negative deltas)."""
+    threads = 6
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+
+        def append(i: int) -> None:
+            log.append("t", b"v%d" % i, key=b"k%d" % i, timestamp=9_000 - i * 11,
+                       headers=[("h", b"%d" % i)] if i % 2 else None)
+
+        _round_behind_held_fsync(log, append, threads)
+        ours = [(r.offset, r.timestamp, r.key, r.value, list(r.headers))
+                for r in log.read("t", 0)]
+    (segment,) = (log_dir / "t-0").glob("*.log")
+    records = MemoryRecords(segment.read_bytes())
+    theirs, counts = [], []
+    while (batch := records.next_batch()) is not None:
+        assert batch.validate_crc()
+        rows = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+        counts.append(len(rows))
+        theirs += rows
+    assert counts == [1, threads - 1]
+    assert theirs == ours
 
 
 @pytest.mark.parametrize("why", ["too large", "merge failed"])
