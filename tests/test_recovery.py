@@ -108,6 +108,73 @@ def test_sealed_segment_damage_is_an_error_not_a_truncation(log_dir: pathlib.Pat
     assert read_all(log_dir) == vals
 
 
+def _cut_at_a_batch_boundary(sealed: pathlib.Path) -> bytes:
+    data = sealed.read_bytes()
+    sealed.write_bytes(data[:12 + int.from_bytes(data[8:12], "big")])  # its first batch only
+    return data
+
+
+def test_a_read_only_open_reports_a_sealed_segment_cut_at_a_batch_boundary(
+        log_dir: pathlib.Path) -> None:
+    """The cut would read like a compaction gap; the manifest of sealed sizes tells them apart,
+    for a reader as for the writer's open."""
+    vals = build(log_dir, 400)
+    sealed = sorted((log_dir / "t-0").glob("*.log"))[1]
+    data = _cut_at_a_batch_boundary(sealed)
+    with pytest.raises(embedlog.CorruptionError, match="sealed segment is 109 bytes") as info:
+        embedlog.open(log_dir, read_only=True)
+    assert info.value.path == str(sealed)
+    sealed.write_bytes(data)
+    with embedlog.open(log_dir, read_only=True) as view:
+        assert [r.value for r in view.read("t", 0)] == vals
+
+
+def test_a_view_reports_a_cut_in_the_segment_it_saw_active(log_dir: pathlib.Path) -> None:
+    """The view opened the segment while it was being written; the writer sealed it, then it was
+    cut: the view's next refresh compares it with the manifest."""
+    vals = build(log_dir, 30)
+    with embedlog.open(log_dir, read_only=True) as view:
+        assert [r.value for r in view.read("t", 0)] == vals
+        active = sorted((log_dir / "t-0").glob("*.log"))[-1]
+        with embedlog.open(log_dir) as log:
+            for v in vals:
+                log.append("t", v, key=v[:8])
+        assert active in sorted((log_dir / "t-0").glob("*.log"))[:-1]  # sealed now
+        _cut_at_a_batch_boundary(active)
+        with pytest.raises(embedlog.CorruptionError, match="sealed segment") as info:
+            list(view.read("t", 0))
+        assert info.value.path == str(active)
+
+
+def test_a_view_does_not_report_a_segment_the_writer_replaced_meanwhile(
+        log_dir: pathlib.Path) -> None:
+    """A compaction swap renames a new file over a sealed segment's name and writes the manifest
+    of its size: a view holding the old file sees sizes that differ, and nothing is damaged."""
+    from embedlog import loader, manifest
+    from embedlog.manifest import read_manifest, write_manifest
+
+    build(log_dir, 400)
+    folder = str(log_dir / "t-0")
+    with embedlog.open(log_dir, read_only=True) as view:
+        p = view._partition_of("t", 0)
+        names = os.listdir(folder)
+        old = p.segments[1]
+        data = pathlib.Path(old.log_path).read_bytes()
+        first = 12 + int.from_bytes(data[8:12], "big")
+        replacement = old.log_path + ".new"
+        pathlib.Path(replacement).write_bytes(data[:first])
+        os.replace(replacement, old.log_path)  # the same name, another file
+        sealed = read_manifest(folder)
+        sealed[old.base_offset] = first
+        write_manifest(folder, sealed)
+        manifest.check_view(folder, names, p.segments)  # the view holds a file no longer named
+        sealed[old.base_offset] = len(data)
+        write_manifest(folder, sealed)  # the new file against the old size: damage
+        fresh = loader.Segment(folder, old.base_offset, old.settings, writable=False)
+        with pytest.raises(embedlog.CorruptionError, match="sealed segment"):
+            manifest.check_view(folder, names, [*p.segments[:1], fresh, *p.segments[2:]])
+
+
 def test_bit_flip_in_sealed_segment_raises_on_read(log_dir: pathlib.Path) -> None:
     build(log_dir, 400)
     sealed = sorted((log_dir / "t-0").glob("*.log"))[1]

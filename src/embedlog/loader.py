@@ -40,7 +40,7 @@ from .errors import (
     PartitionQuarantinedError,
     StorageError,
 )
-from .manifest import check_sealed, manifest_stamp, read_manifest, write_manifest
+from .manifest import check_sealed, check_view, manifest_stamp, read_manifest, write_manifest
 from .naming import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -58,20 +58,10 @@ from .segment.segment import Segment, SegmentSettings
 from .transactions import rebuild_txn_indexes
 
 __all__ = [
-    "INDEX_KINDS",
-    "SEGMENT_KINDS",
-    "adopt",
-    "complete_swaps",
-    "open_view",
-    "place",
-    "quarantine",
-    "quarantine_error",
-    "reader_view",
-    "recover",
-    "recover_or_quarantine",
-    "rename_kind",
+    "INDEX_KINDS", "SEGMENT_KINDS", "adopt", "complete_swaps", "open_view", "place", "quarantine",
+    "quarantine_error", "reader_view", "recover", "recover_or_quarantine", "rename_kind",
     "roll_forward",
-]
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +405,7 @@ def open_view(directory: str, settings: SegmentSettings) -> tuple[list[Segment],
         adopted = adopt(directory, settings, segments, names, None)
         if adopted is not None:
             return adopted
+    check_view(directory, names, segments)
     return segments, None
 
 
@@ -458,6 +449,8 @@ def adopt(
         if seg.live:
             seg.refresh()
             seg.live = False
+    if recheck:
+        check_view(directory, names, segs)
     return place(segs, settings), stamp
 
 

@@ -9,8 +9,9 @@ A segment is *sealed* when the partition rolls past it: it was fsynced whole and
 appended to again. The manifest is replaced atomically (:func:`embedlog._io.write_atomic`)
 whenever the set of sealed segments changes (roll, retention, a compaction swap). On open a
 sealed segment that is shorter, longer or missing is reported as corruption
-(:func:`check_sealed`), because a cut at a batch boundary is invisible to CRCs. Kafka folders
-have no manifest: every check then passes.
+(:func:`check_sealed`), because a cut at a batch boundary is invisible to CRCs; a read-only
+view compares the sizes of the sealed segments it opens (:func:`check_view`).
+Kafka folders have no manifest: every check then passes.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import bisect
 import os
 import re
 import stat
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 from . import _io, checkpoint
 from .errors import CorruptCheckpointError, CorruptionError
-from .naming import LOG_SUFFIX, SEGMENT_MANIFEST, segment_path
+from .naming import LOG_SUFFIX, SEGMENT_MANIFEST, SWAP_SUFFIX, segment_path
 
-__all__ = ["MANIFEST", "check_sealed", "manifest_stamp", "read_manifest", "write_manifest"]
+__all__ = ["MANIFEST", "Opened", "check_sealed", "check_view", "manifest_stamp", "read_manifest",
+           "size_error", "write_manifest"]
 
 MANIFEST: Final = SEGMENT_MANIFEST
 _MAX_LINE: Final = 40
@@ -35,6 +38,17 @@ _CANONICAL: Final = re.compile(rb"embedlog-segments 1\n(?:[0-9]{1,19} [0-9]{1,19
 """The bytes :func:`write_manifest` writes; only these take the quick parse of
 :func:`read_manifest` (anything else goes through the format's full parser)."""
 _LIMIT: Final = 1 << 63
+
+
+class Opened(Protocol):
+    """What :func:`check_view` reads of a segment a view opened."""
+
+    base_offset: int
+    size: int
+    suffix: str
+    log_path: str
+
+    def is_current(self) -> bool: ...
 
 
 def read_manifest(directory: str, *, max_entries: int | None = None) -> dict[int, int]:
@@ -117,12 +131,41 @@ def check_sealed(directory: str, bases: list[int], start_offset: int) -> dict[in
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode):  # say what is there, as the open would
             os.close(_io.open_regular(path))
-        actual = st.st_size
-        if actual != size:
-            raise CorruptionError(
-                f"sealed segment is {actual} bytes, expected {size}: "
-                "it was truncated or extended after it was sealed",
-                path=path,
-                position=min(actual, size),
-            )
+        if st.st_size != size:
+            raise size_error(path, st.st_size, size)
     return sealed
+
+
+def size_error(path: str, actual: int, sealed: int) -> CorruptionError:
+    """The error of a sealed segment whose size is not the one the manifest recorded."""
+    return CorruptionError(
+        f"sealed segment is {actual} bytes, expected {sealed}: "
+        "it was truncated or extended after it was sealed",
+        path=path,
+        position=min(actual, sealed),
+    )
+
+
+def check_view(directory: str, names: list[str], segments: Sequence[Opened]) -> None:
+    """A read-only view's :func:`check_sealed`: every sealed segment it opened (all but the last
+    of ``segments``, from the listing ``names``) must have the size the manifest recorded, or
+    :class:`~embedlog.errors.CorruptionError` is raised -- a cut at a batch boundary would
+    otherwise read as a gap. A mismatch the writer may be causing right now raises nothing: a
+    swap in progress (the view reads its ``.swap`` files), a listing or a manifest that changed
+    meanwhile, a name that now holds another file (the view reads the file it holds). The
+    view's next refresh that finds the manifest changed checks again
+    (:func:`embedlog.loader.adopt`)."""
+    if len(segments) < 2 or any(n.endswith(SWAP_SUFFIX) for n in names):
+        return
+    stamp = manifest_stamp(directory)
+    if stamp is None:
+        return  # a Kafka folder, or nothing sealed yet
+    sealed = read_manifest(directory)
+    for seg in segments[:-1]:
+        size = sealed.get(seg.base_offset)
+        if size is None or size == seg.size or seg.suffix:
+            continue
+        if (manifest_stamp(directory) != stamp or sorted(os.listdir(directory)) != sorted(names)
+                or not seg.is_current()):
+            return
+        raise size_error(seg.log_path, seg.size, size)
