@@ -40,7 +40,7 @@ from .errors import (
     PartitionQuarantinedError,
     StorageError,
 )
-from .manifest import check_sealed, check_view, manifest_stamp, read_manifest, write_manifest
+from .manifest import check_sealed, manifest_stamp, read_manifest, view_damage, write_manifest
 from .naming import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -405,7 +405,9 @@ def open_view(directory: str, settings: SegmentSettings) -> tuple[list[Segment],
         adopted = adopt(directory, settings, segments, names, None)
         if adopted is not None:
             return adopted
-    check_view(directory, names, segments)
+    damage = view_damage(directory, names, segments)
+    if damage is not None:  # only what precedes the damage: the first refresh raises it
+        segments = segments[:damage[0] + 1]
     return segments, None
 
 
@@ -449,8 +451,9 @@ def adopt(
         if seg.live:
             seg.refresh()
             seg.live = False
-    if recheck:
-        check_view(directory, names, segs)
+    damage = view_damage(directory, names, segs) if recheck else None
+    if damage is not None:
+        raise damage[1]
     return place(segs, settings), stamp
 
 

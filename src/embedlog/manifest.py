@@ -10,7 +10,7 @@ appended to again. The manifest is replaced atomically (:func:`embedlog._io.writ
 whenever the set of sealed segments changes (roll, retention, a compaction swap). On open a
 sealed segment that is shorter, longer or missing is reported as corruption
 (:func:`check_sealed`), because a cut at a batch boundary is invisible to CRCs; a read-only
-view compares the sizes of the sealed segments it opens (:func:`check_view`).
+view compares the sizes of the sealed segments it opens (:func:`view_damage`).
 Kafka folders have no manifest: every check then passes.
 """
 
@@ -27,8 +27,8 @@ from . import _io, checkpoint
 from .errors import CorruptCheckpointError, CorruptionError
 from .naming import LOG_SUFFIX, SEGMENT_MANIFEST, SWAP_SUFFIX, segment_path
 
-__all__ = ["MANIFEST", "Opened", "check_sealed", "check_view", "manifest_stamp", "read_manifest",
-           "size_error", "write_manifest"]
+__all__ = ["MANIFEST", "Opened", "check_sealed", "manifest_stamp", "read_manifest", "size_error",
+           "view_damage", "write_manifest"]
 
 MANIFEST: Final = SEGMENT_MANIFEST
 _MAX_LINE: Final = 40
@@ -41,7 +41,7 @@ _LIMIT: Final = 1 << 63
 
 
 class Opened(Protocol):
-    """What :func:`check_view` reads of a segment a view opened."""
+    """What :func:`view_damage` reads of a segment a view opened."""
 
     base_offset: int
     size: int
@@ -146,26 +146,28 @@ def size_error(path: str, actual: int, sealed: int) -> CorruptionError:
     )
 
 
-def check_view(directory: str, names: list[str], segments: Sequence[Opened]) -> None:
-    """A read-only view's :func:`check_sealed`: every sealed segment it opened (all but the last
-    of ``segments``, from the listing ``names``) must have the size the manifest recorded, or
-    :class:`~embedlog.errors.CorruptionError` is raised -- a cut at a batch boundary would
-    otherwise read as a gap. A mismatch the writer may be causing right now raises nothing: a
-    swap in progress (the view reads its ``.swap`` files), a listing or a manifest that changed
-    meanwhile, a name that now holds another file (the view reads the file it holds). The
-    view's next refresh that finds the manifest changed checks again
+def view_damage(directory: str, names: list[str], segments: Sequence[Opened]
+                ) -> tuple[int, CorruptionError] | None:
+    """A read-only view's :func:`check_sealed`: the index in ``segments`` (opened from the listing
+    ``names``; all but the last are sealed) of the first sealed segment whose size is not the one
+    the manifest recorded, and its :class:`~embedlog.errors.CorruptionError` -- a cut at a batch
+    boundary would otherwise read as a gap --, or None. A mismatch the writer may be causing
+    right now is not damage: a swap in progress (the view reads its ``.swap`` files), a listing
+    or a manifest that changed meanwhile, a name that now holds another file (the view reads the
+    file it holds). The view's next refresh that finds the manifest changed checks again
     (:func:`embedlog.loader.adopt`)."""
     if len(segments) < 2 or any(n.endswith(SWAP_SUFFIX) for n in names):
-        return
+        return None
     stamp = manifest_stamp(directory)
     if stamp is None:
-        return  # a Kafka folder, or nothing sealed yet
+        return None  # a Kafka folder, or nothing sealed yet
     sealed = read_manifest(directory)
-    for seg in segments[:-1]:
+    for i, seg in enumerate(segments[:-1]):
         size = sealed.get(seg.base_offset)
         if size is None or size == seg.size or seg.suffix:
             continue
         if (manifest_stamp(directory) != stamp or sorted(os.listdir(directory)) != sorted(names)
                 or not seg.is_current()):
-            return
-        raise size_error(seg.log_path, seg.size, size)
+            return None
+        return i, size_error(seg.log_path, seg.size, size)
+    return None
