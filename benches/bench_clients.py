@@ -88,18 +88,8 @@ class ClientBench(Bench):
         with embedlog.open(path) as log:
             log.create_topic("t")
             producer = log.producer(durability="fsync")
-
-            def work() -> None:
-                for i in range(per_thread):
-                    producer.send("t", self.values[i], key=self.keys[i], partition=0)
-
-            workers = [threading.Thread(target=work) for _ in range(threads)]
-            t0 = time.perf_counter()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            rate = threads * per_thread / (time.perf_counter() - t0)
+            rate = self.threaded(threads, per_thread, lambda i: producer.send(
+                "t", self.values[i], key=self.keys[i], partition=0))
             producer.close()
         return rate
 
