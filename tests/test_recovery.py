@@ -114,9 +114,9 @@ def _cut_at_a_batch_boundary(sealed: pathlib.Path) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("start", [None, 20, 399])
+@pytest.mark.parametrize(("start", "end"), [(None, None), (20, None), (399, None), (0, 400)])
 def test_a_read_only_view_reports_a_sealed_segment_cut_at_a_batch_boundary(
-        log_dir: pathlib.Path, start: int | None) -> None:
+        log_dir: pathlib.Path, start: int | None, end: int | None) -> None:
     """The cut would read like a compaction gap; the manifest of sealed sizes tells them apart,
     for a reader as for the writer's open. The view opens (its other partitions stay readable),
     reads hand out what precedes the cut, and a read reaching it raises."""
@@ -126,7 +126,7 @@ def test_a_read_only_view_reports_a_sealed_segment_cut_at_a_batch_boundary(
     with embedlog.open(log_dir, read_only=True) as view:
         got: list[bytes | None] = []
         with pytest.raises(embedlog.CorruptionError, match="sealed segment is 109 bytes") as info:
-            for r in view.read("t", 0, start):
+            for r in view.read("t", 0, start, end_offset=end):
                 got.append(r.value)
         assert info.value.path == str(sealed)
         first = start or 0

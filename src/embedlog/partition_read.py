@@ -255,14 +255,16 @@ def decoded(p: Readable, start: int | None, end: int | None, control: bool,
 
 
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:
-    """``(start, stop, segments)`` of a scan. A view that meets a compaction swap half way
+    """``(start, stop, segments)`` of a scan; a view refreshes first unless the range lies below
+    its known end (a view kept short of a damaged segment, :func:`embedlog.loader.open_view`,
+    then raises). A view that meets a compaction swap half way
     (:class:`~embedlog.segment.rules.OverlapError`) lists the folder again, up to ``_RESCANS``
     times; a writer's overlap is damage and raises."""
     for attempt in range(_RESCANS + 1):
         try:
             with p.lock:
                 if not p.writable and (attempt or start is None or end is None
-                                       or start >= p.end_offset):
+                                       or start >= p.end_offset or end > p.end_offset):
                     p.refresh()
                 first = p.start_offset if start is None else start
                 check_range(p, first)

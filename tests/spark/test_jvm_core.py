@@ -243,6 +243,31 @@ def test_damaged_segments_get_the_python_verdict(classpath: str, tmp_path: Path)
     assert counts["corrupt"] > 10 and counts["same"] > 100 and refused < 120
 
 
+def test_a_sealed_segment_cut_at_a_batch_boundary_is_left_to_the_python_reader(
+        classpath: str, tmp_path: Path) -> None:
+    """The cut would read as a gap: the JVM compares each sealed segment it enters with the
+    manifest and leaves a mismatch to the Python reader (FallbackException), which raises
+    CorruptionError; a range that ends before the cut segment reads the same in both."""
+    root = tmp_path / "log"
+    with embedlog.open(str(root)) as log:
+        log.create_topic("t", 1, {"segment.bytes": 1500})
+        for i in range(120):
+            log.append("t", b"value-%05d" % i * 4, key=b"k%d" % i)
+    logs = sorted((root / "t-0").glob("*.log"))
+    assert len(logs) > 3
+    data = logs[1].read_bytes()
+    logs[1].write_bytes(data[: 12 + int.from_bytes(data[8:12], "big")])
+    second = int(logs[1].name[:20])
+    specs = [(str(root), "t", 0, 0, 120, "records"), (str(root), "t", 0, 0, second, "records"),
+             (str(root), "t", 0, second, 120, "count")]
+    got = run_dump(classpath, specs)
+    assert [r.get("error") for r in got] == ["FallbackException", None, "FallbackException"]
+    with open_view(root) as view:
+        assert python_result(view, specs[1]) == got[1]
+        for spec in (specs[0], specs[2]):
+            assert "sealed segment is" in python_result(view, spec)["message"]
+
+
 # -- record layout and codec streams -------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ import java.nio.file.attribute.BasicFileAttributes;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
@@ -30,6 +31,9 @@ final class PartitionFolder {
     static final Pattern SWAP_NAME =
         Pattern.compile("[0-9]{20}\\.(log|index|timeindex|txnindex|snapshot)(\\.\\w+)?\\.swap");
     static final Pattern TOPIC = Pattern.compile("[a-zA-Z0-9._-]+");
+    static final String SEGMENT_MANIFEST = "embedlog.segments";
+    static final String MANIFEST_VERSION = "embedlog-segments 1";
+    static final Pattern MANIFEST_LINE = Pattern.compile("([0-9]{1,19}) ([0-9]{1,19})");
     static final int MAX_TOPIC_LENGTH = 249;
     static final String LOG_START_CHECKPOINT = "log-start-offset-checkpoint";
     /** The largest checkpoint or index file read (bigger ones: no index / fall back). */
@@ -121,13 +125,8 @@ final class PartitionFolder {
      */
     static Map<String, Long> persistedStarts(Path logDir) throws IOException {
         Path path = logDir.resolve(LOG_START_CHECKPOINT);
-        byte[] bytes;
-        try (FileChannel ch = openRegular(path)) {
-            if (ch.size() > MAX_SIDE_FILE) {
-                throw new FallbackException(path + " is larger than " + MAX_SIDE_FILE + " bytes");
-            }
-            bytes = read(ch, 0, (int) ch.size());
-        } catch (NoSuchFileException e) {
+        byte[] bytes = sideFile(path);
+        if (bytes == null) {
             return Map.of();
         }
         String[] lines = new String(bytes, StandardCharsets.UTF_8).split("\n", -1);
@@ -150,6 +149,51 @@ final class PartitionFolder {
             return found;
         } catch (NumberFormatException e) {
             throw new FallbackException("unreadable checkpoint " + path, e);
+        }
+    }
+
+    /**
+     * The folder's sealed-segment manifest ({@code embedlog.segments}: the line
+     * {@code embedlog-segments 1}, then {@code <base offset> <size in bytes>} per sealed segment,
+     * as embedlog.manifest writes it) as base offset -> size; empty when there is none (a Kafka
+     * folder). FallbackException for any other bytes: the Python reader gives its verdict.
+     */
+    static Map<Long, Long> sealedSizes(Path dir) throws IOException {
+        Path path = dir.resolve(SEGMENT_MANIFEST);
+        byte[] bytes = sideFile(path);
+        if (bytes == null) {
+            return Map.of();
+        }
+        String[] lines = new String(bytes, StandardCharsets.ISO_8859_1).split("\n", -1);
+        if (lines.length < 2 || !lines[0].equals(MANIFEST_VERSION)
+                || !lines[lines.length - 1].isEmpty()) {
+            throw new FallbackException("unreadable segment manifest " + path);
+        }
+        Map<Long, Long> sizes = new HashMap<>();
+        try {
+            for (int i = 1; i < lines.length - 1; i++) {
+                Matcher m = MANIFEST_LINE.matcher(lines[i]);
+                if (!m.matches()) {
+                    throw new FallbackException("unreadable segment manifest " + path);
+                }
+                sizes.put(Long.parseLong(m.group(1)), Long.parseLong(m.group(2)));
+            }
+        } catch (NumberFormatException e) {
+            throw new FallbackException("unreadable segment manifest " + path, e);
+        }
+        return sizes;
+    }
+
+    /** A small file's bytes (a regular file of at most {@link #MAX_SIDE_FILE} bytes, else
+     *  FallbackException), or null when there is none. */
+    private static byte[] sideFile(Path path) throws IOException {
+        try (FileChannel ch = openRegular(path)) {
+            if (ch.size() > MAX_SIDE_FILE) {
+                throw new FallbackException(path + " is larger than " + MAX_SIDE_FILE + " bytes");
+            }
+            return read(ch, 0, (int) ch.size());
+        } catch (NoSuchFileException e) {
+            return null;
         }
     }
 

@@ -26,7 +26,10 @@ import java.util.zip.CRC32C;
  * below the previous batch's end) before reading its body: the active segment may be being
  * appended to past {@code end}. An incomplete batch at the end of the last segment ends the
  * scan quietly (an append in progress); anywhere else bytes that do not form a whole batch are
- * corrupt. Control batches and batches of no record are skipped undecoded. Records below the log start offset are never
+ * corrupt. A sealed segment (any but the last listed) whose size is not the one the folder's
+ * {@code embedlog.segments} recorded is left to the Python reader ({@link FallbackException}),
+ * whose verdict tells damage from a writer's swap. Control batches and batches of no record are
+ * skipped undecoded. Records below the log start offset are never
  * returned: a start below it is an {@link OffsetOutOfRangeException}.
  *
  * <p>Not thread safe; one scan per thread.
@@ -42,6 +45,7 @@ public final class PartitionScan implements Closeable {
     private final long start;
     private final long end;
     private final long[] bases;
+    private final Map<Long, Long> sealed;
     private final long logStart;
     private boolean denseTail;
     private final BatchHeader h = new BatchHeader();
@@ -102,6 +106,7 @@ public final class PartitionScan implements Closeable {
             throw new FallbackException("not a partition folder: " + dir, e);
         }
         this.bases = PartitionFolder.segmentBases(dir);
+        this.sealed = bases.length > 1 ? PartitionFolder.sealedSizes(dir) : Map.of();
         Path parent = dir.toAbsolutePath().getParent();
         Map<String, Long> table = starts != null || parent == null ? starts
             : PartitionFolder.persistedStarts(parent);
@@ -214,12 +219,13 @@ public final class PartitionScan implements Closeable {
     }
 
     /** A walk of {@code of}'s partition from its start to the end of the log: the same folder
-     *  listing, log start and dense rule, nothing listed or read again. */
+     *  listing, manifest, log start and dense rule, nothing listed or read again. */
     private PartitionScan(PartitionScan of) {
         this.dir = of.dir;
         this.denseTail = of.denseTail;
         this.end = Long.MAX_VALUE;
         this.bases = of.bases;
+        this.sealed = of.sealed;
         this.logStart = of.logStart;
         this.start = of.start;
         done = bases.length == 0;
@@ -462,6 +468,13 @@ public final class PartitionScan implements Closeable {
         logPath = PartitionFolder.segmentPath(dir, base, ".log");
         ch = PartitionFolder.openRegular(logPath);
         fileSize = ch.size();
+        Long recorded = seg < bases.length - 1 ? sealed.get(base) : null;
+        if (recorded != null && recorded.longValue() != fileSize) {
+            // A cut at a batch boundary would read as a gap; or the writer is swapping it in
+            // now. The Python reader tells them apart (embedlog.manifest.view_damage).
+            throw new FallbackException("sealed segment " + logPath + " is " + fileSize
+                + " bytes, the manifest recorded " + recorded);
+        }
         winLen = 0;
         position = 0;
         floor = base;
