@@ -161,7 +161,7 @@ class Bench:
             with mutex:
                 taken = parked[:]
                 del parked[:]
-            data = b"".join([record, *(e[2] for e in taken if e is not entry)])
+            data = b"".join([record, *(e[2] for e in taken)])
             os.pwrite(fd, data, state["end"])
             state["end"] += len(data)
             os.fsync(fd)

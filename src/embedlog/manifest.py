@@ -45,7 +45,6 @@ class Opened(Protocol):
 
     base_offset: int
     size: int
-    suffix: str
     log_path: str
 
     def is_current(self) -> bool: ...
@@ -164,7 +163,7 @@ def view_damage(directory: str, names: list[str], segments: Sequence[Opened]
     sealed = read_manifest(directory)
     for i, seg in enumerate(segments[:-1]):
         size = sealed.get(seg.base_offset)
-        if size is None or size == seg.size or seg.suffix:
+        if size is None or size == seg.size:
             continue
         if (manifest_stamp(directory) != stamp or sorted(os.listdir(directory)) != sorted(names)
                 or not seg.is_current()):

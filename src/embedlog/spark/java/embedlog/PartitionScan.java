@@ -45,7 +45,7 @@ public final class PartitionScan implements Closeable {
     private final long start;
     private final long end;
     private final long[] bases;
-    private final Map<Long, Long> sealed;
+    private Map<Long, Long> sealed; // embedlog.segments, read when a sealed segment is entered
     private final long logStart;
     private boolean denseTail;
     private final BatchHeader h = new BatchHeader();
@@ -106,7 +106,6 @@ public final class PartitionScan implements Closeable {
             throw new FallbackException("not a partition folder: " + dir, e);
         }
         this.bases = PartitionFolder.segmentBases(dir);
-        this.sealed = bases.length > 1 ? PartitionFolder.sealedSizes(dir) : Map.of();
         Path parent = dir.toAbsolutePath().getParent();
         Map<String, Long> table = starts != null || parent == null ? starts
             : PartitionFolder.persistedStarts(parent);
@@ -468,6 +467,9 @@ public final class PartitionScan implements Closeable {
         logPath = PartitionFolder.segmentPath(dir, base, ".log");
         ch = PartitionFolder.openRegular(logPath);
         fileSize = ch.size();
+        if (seg < bases.length - 1 && sealed == null) {
+            sealed = PartitionFolder.sealedSizes(dir); // a read of the active segment needs none
+        }
         Long recorded = seg < bases.length - 1 ? sealed.get(base) : null;
         if (recorded != null && recorded.longValue() != fileSize) {
             // A cut at a batch boundary would read as a gap; or the writer is swapping it in
