@@ -1,6 +1,6 @@
-"""Group commit of ``append()`` in ``fsync`` mode: appends queued while an fsync runs are written
-by one leader and share the next fsync, and appenders an fsync covers return without waiting for
-the next one."""
+"""Group commit of ``append()`` in ``fsync`` mode: appends that join the partition's open batch
+while an fsync runs are written by one leader and share the next fsync, and appenders an fsync
+covers return without waiting for the next one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kafka.record.memory_records import MemoryRecords
 
 import embedlog
 from doubles import Call, ScriptedFS
-from embedlog import _io, group_commit
+from embedlog import _io, batch_writer
 from embedlog.group_commit import GroupCommit, Queued
 
 WAIT = 30.0  # generous bound for a thread to reach a point it must reach (a hang guard only)
@@ -46,7 +46,7 @@ def test_covered_follower_returns_while_the_next_fsync_runs() -> None:
         started[n].set()
         assert release[n].wait(WAIT)
 
-    gc = GroupCommit(flush, lambda entries: (0, gc.written), lambda: 1 << 20)
+    gc = GroupCommit(flush, lambda: (0, gc.written))
     gc.written = 2  # appends 1 and 2 written: the first fsync covers both
     leader = threading.Thread(target=gc.sync, args=(1,))
     leader.start()
@@ -85,8 +85,8 @@ def test_append_threads_share_one_fsync(log_dir: pathlib.Path) -> None:
                 errors.append(exc)
 
         def queued() -> None:
-            # Every other append is queued while the first fsync is held (none writes while an
-            # fsync runs); the next leader appends all seven, then fsyncs once.
+            # Every other append joins the open batch while the first fsync is held (none writes
+            # while an fsync runs); the next leader appends all seven, then fsyncs once.
             assert p._commit.written == 1
 
         fs = _round_behind_held_fsync(log, append, threads, queued)
@@ -129,8 +129,8 @@ def _round_behind_held_fsync(log: embedlog.Log, append: Callable[[int], None], t
     return fs
 
 
-def test_one_record_appends_of_a_round_share_one_batch(log_dir: pathlib.Path) -> None:
-    """The seven one-record appends queued behind a held fsync are written as one batch; each
+def test_the_appends_of_a_round_share_one_batch(log_dir: pathlib.Path) -> None:
+    """The seven appends that arrive behind a held fsync are written as one batch; each
     caller's metadata names its own record there (offset, timestamp), with its key, headers
     and timestamp (one earlier than the batch's first: a negative delta) as given."""
     threads = 8
@@ -160,8 +160,8 @@ def test_one_record_appends_of_a_round_share_one_batch(log_dir: pathlib.Path) ->
         assert sorted(r.value or b"" for r in log.read("t", 0)) == sorted(given)
 
 
-def test_a_merged_batch_reads_the_same_in_kafka_python(log_dir: pathlib.Path) -> None:
-    """kafka-python's independent v2 reader validates the merged batch's CRC and reads every
+def test_a_shared_batch_reads_the_same_in_kafka_python(log_dir: pathlib.Path) -> None:
+    """kafka-python's independent v2 reader validates the shared batch's CRC and reads every
     record as embedlog does (timestamps before the batch's first: negative deltas)."""
     threads = 6
     with embedlog.open(log_dir, durability="fsync") as log:
@@ -186,19 +186,13 @@ def test_a_merged_batch_reads_the_same_in_kafka_python(log_dir: pathlib.Path) ->
     assert theirs == ours
 
 
-@pytest.mark.parametrize("why", ["too large", "merge failed"])
 def test_appends_that_cannot_share_a_batch_are_written_batch_by_batch(
-        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, why: str) -> None:
-    """Queued appends whose merged batch would pass ``max.message.bytes``, or fails to be
-    made, are written each in its own batch."""
+        log_dir: pathlib.Path) -> None:
+    """Appends whose shared batch would pass ``max.message.bytes`` are written each in its
+    own batch."""
     threads = 4
-    if why == "merge failed":
-        def fail(*args: object) -> None:
-            raise RuntimeError("injected")
-        monkeypatch.setattr(group_commit, "merge_records", fail)
     with embedlog.open(log_dir, durability="fsync") as log:
-        log.create_topic("t", config={"max.message.bytes": "400" if why == "too large"
-                                      else "10000"})
+        log.create_topic("t", config={"max.message.bytes": "400"})
         p = log._topic("t").partitions[0]
         landed: dict[int, bytes] = {}
 
@@ -240,39 +234,55 @@ def test_a_failed_fsync_fails_every_append_of_its_round(log_dir: pathlib.Path) -
 
 
 class _Rounds:
-    """A :class:`GroupCommit` over an in-memory log: ``write_round`` gives each queued batch
-    its position as header; ``flush`` records what it covers and can be held."""
+    """A :class:`GroupCommit` over an in-memory log: ``add`` puts a record in the reserved
+    batch (``pending``), ``write_round`` appends it; ``flush`` records what it covers and can
+    be held."""
 
     def __init__(self) -> None:
         self.log: list[bytes] = []
+        self.pending: list[bytes] = []
         self.fsyncs: list[int] = []
         self.hold = threading.Event()
         self.held = threading.Event()
         self.hold.set()
-        self.gc = GroupCommit(self._flush, self._write_round, lambda: 1 << 20)
+        self.lock = threading.Lock()
+        self.gc = GroupCommit(self._flush, self._write_round)
 
-    def _write_round(self, entries: list[Queued]) -> tuple[int, int]:
-        for entry in entries:
-            assert entry.batch is not None
-            entry.header = len(self.log)
-            self.log.append(bytes(entry.batch))
-            self.gc.written += 1
-        return len(self.log), self.gc.written
+    def _write_round(self) -> tuple[int, int]:
+        with self.lock:
+            if self.pending:
+                self.log += self.pending
+                self.pending = []
+                self.gc.written += 1
+            return len(self.log), self.gc.written
 
     def _flush(self) -> None:
         self.fsyncs.append(len(self.log))
         self.held.set()
         assert self.hold.wait(WAIT)
 
+    def add(self, value: bytes) -> int:
+        """Put ``value`` in the reserved batch; its offset."""
+        with self.lock:
+            self.pending.append(value)
+            return len(self.log) + len(self.pending) - 1
+
     def append(self, value: bytes, out: list[int]) -> threading.Thread:
-        t = threading.Thread(target=lambda: out.append(self.gc.commit_queued(bytearray(value))))
+        """A writer of ``value``: ``out`` gets its offset once a round covered it."""
+        offset = self.add(value)
+
+        def run() -> None:
+            assert self.gc.sync_through(offset)
+            out.append(offset)
+
+        t = threading.Thread(target=run)
         t.start()
         return t
 
 
 def test_a_covered_writer_whose_caller_left_passes_its_turn_on() -> None:
     """Covered writers wake one after another; one whose caller was interrupted (``gone``)
-    is skipped, and every other writer of the round still returns with its own header."""
+    is skipped, and every other writer of the round still returns."""
     r = _Rounds()
     r.hold.clear()
     out: list[int] = []
@@ -281,7 +291,7 @@ def test_a_covered_writer_whose_caller_left_passes_its_turn_on() -> None:
     r.held.clear()
     rest = [r.append(b"v%d" % i, out) for i in range(4)]
     _until(lambda: r.gc.parked >= 4)
-    left = Queued(bytearray(b"left"))  # parked, taken by the next round, then interrupted
+    left = Queued(r.add(b"left"))  # parked, taken by the next round, then interrupted
     left.wake, left.gone = threading.Lock(), True
     with r.gc._mutex:
         r.gc._parked.insert(2, left)
@@ -289,14 +299,15 @@ def test_a_covered_writer_whose_caller_left_passes_its_turn_on() -> None:
     for t in [first, *rest]:
         t.join(WAIT)
         assert not t.is_alive()
-    assert sorted(out) == [0, 1, 2, 4, 5]  # the left writer's batch was written at 3
-    assert r.log[3] == b"left" and r.fsyncs == [1, 6]
+    assert sorted(out) == [0, 1, 2, 3, 4]  # the left writer's record was written at 5
+    assert r.log[5] == b"left" and r.fsyncs == [1, 6]
     assert r.gc.parked == 0 and r.gc._chain == [] and not r.gc._leading
 
 
 def test_an_interrupted_parked_writer_leaves_the_queue() -> None:
     """A writer interrupted while parked (a signal handler raising in the main thread) leaves
-    the queue: its batch is not written, and the writers behind it are served."""
+    the queue, and the writers behind it are served (its record, already in the reserved
+    batch, is written with theirs)."""
     r = _Rounds()
     r.hold.clear()
     out: list[int] = []
@@ -313,7 +324,7 @@ def test_an_interrupted_parked_writer_leaves_the_queue() -> None:
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.2)
         with pytest.raises(Interrupted):
-            r.gc.commit_queued(bytearray(b"interrupted"))
+            r.gc.sync_through(r.add(b"interrupted"))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -324,7 +335,7 @@ def test_an_interrupted_parked_writer_leaves_the_queue() -> None:
     for t in (first, later):
         t.join(WAIT)
         assert not t.is_alive()
-    assert r.log == [b"first", b"later"] and sorted(out) == [0, 1]
+    assert r.log == [b"first", b"interrupted", b"later"] and sorted(out) == [0, 2]
 
 
 def test_a_new_leader_waits_for_the_last_rounds_writers_only_so_long() -> None:
@@ -341,5 +352,128 @@ def test_a_new_leader_waits_for_the_last_rounds_writers_only_so_long() -> None:
     for t in [first, *rest]:
         t.join(WAIT)
     assert r.gc._expected == 5  # the second round: its leader and four parked writers
-    assert r.gc.commit_queued(bytearray(b"alone")) == 6
+    assert r.gc.sync_through(r.add(b"alone")) and r.gc.durable_end == 7
     assert r.gc._expected == 1 and r.fsyncs == [1, 6, 7]
+
+
+def _outcomes_of_a_round(log: embedlog.Log, threads: int,
+                         queued: Callable[[], None] = lambda: None
+                         ) -> dict[int, BaseException | int]:
+    """:func:`_round_behind_held_fsync` of ``append("t", b"v<i>")``: each call's offset or
+    error."""
+    outcomes: dict[int, BaseException | int] = {}
+
+    def append(i: int) -> None:
+        try:
+            outcomes[i] = log.append("t", b"v%d" % i).offset
+        except embedlog.EmbedlogError as exc:
+            outcomes[i] = exc
+
+    _round_behind_held_fsync(log, append, threads, queued)
+    return outcomes
+
+
+def test_every_append_of_a_failed_batch_gets_the_batch_error(log_dir: pathlib.Path) -> None:
+    """A shared batch whose write fails: each of its appends raises the write's own error
+    (not a later refusal of the poisoned partition), and none is stored."""
+    threads = 4
+
+    def fail_next_write() -> None:
+        fs = _io.backend()
+        assert isinstance(fs, ScriptedFS)
+        fs.fail(("write", "pwrite"), match=lambda c: (c.path or "").endswith(".log"))
+
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        outcomes = _outcomes_of_a_round(log, threads, fail_next_write)
+    assert outcomes[0] == 0
+    errors = [outcomes[i] for i in range(1, threads)]
+    assert all(type(e).__name__ == "Injected" for e in errors), errors
+    with embedlog.open(log_dir) as log:
+        assert [r.value for r in log.read("t", 0)] == [b"v0"]
+
+
+def test_a_failed_batch_fails_its_appends_when_its_offsets_are_taken_again(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch refused without harm to the partition (its offsets are given to the next
+    batch): each of its appends raises the refusal; the next append lands on its offsets."""
+    threads = 4
+    refusal = embedlog.RecordTooLargeError("refused (injected)")
+    write = batch_writer.write_records
+
+    def refuse_shared(p: object, values: list[bytes], *args: object, **kw: object) -> object:
+        if len(values) == threads - 1:
+            raise refusal
+        return write(p, values, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batch_writer, "write_records", refuse_shared)
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        outcomes = _outcomes_of_a_round(log, threads)
+        assert outcomes[0] == 0
+        assert [outcomes[i] for i in range(1, threads)] == [refusal] * (threads - 1)
+        assert log.append("t", b"after").offset == 1
+        assert [r.value for r in log.read("t", 0)] == [b"v0", b"after"]
+
+
+def test_the_largest_record_is_the_same_in_every_durability(tmp_path: pathlib.Path) -> None:
+    """``append`` in ``fsync`` mode (the open batch, whose size is an estimate) takes exactly
+    the records a write of their own takes: up to the largest that fits, not one byte more."""
+    limits = {}
+    for durability in ("none", "fsync"):
+        with embedlog.open(tmp_path / durability, durability=durability) as log:  # type: ignore[arg-type]
+            log.create_topic("t", config={"max.message.bytes": "1000"})
+            sizes = []
+            for n in range(900, 1000):
+                try:
+                    log.append("t", b"x" * n, key=b"k")
+                except embedlog.RecordTooLargeError:
+                    continue
+                sizes.append(n)
+            limits[durability] = sizes
+            assert [len(r.value or b"") for r in log.read("t", 0)] == sizes
+    assert limits["none"] == limits["fsync"] and limits["none"]
+    assert limits["none"] == list(range(900, limits["none"][-1] + 1))
+
+
+def test_a_keyless_record_for_a_compacted_topic_is_refused_alone(log_dir: pathlib.Path) -> None:
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("c", config={"cleanup.policy": "compact"})
+        log.append("c", b"kept", key=b"k")
+        with pytest.raises(embedlog.UsageError, match="needs a key"):
+            log.append("c", b"keyless")
+        assert log.append("c", b"next", key=b"k").offset == 1
+
+
+def test_appends_and_a_producer_share_a_partition(log_dir: pathlib.Path) -> None:
+    """Threads appending and threads sending to one partition in ``fsync`` mode: every call's
+    metadata names its own record, and every record is stored once."""
+    per_thread = 40
+    landed: dict[int, bytes] = {}
+    errors: list[BaseException] = []
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        producer = log.producer()
+
+        def run(i: int) -> None:
+            try:
+                for j in range(per_thread):
+                    value = b"%d-%d" % (i, j)
+                    if i % 2:
+                        meta = producer.send("t", value, key=b"k", partition=0)
+                    else:
+                        meta = log.append("t", value, partition=0)
+                    landed[meta.offset] = value
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(WAIT * 4)
+            assert not t.is_alive()
+        producer.close()
+        assert errors == []
+        assert {r.offset: r.value for r in log.read("t", 0)} == landed
+        assert len(landed) == 6 * per_thread

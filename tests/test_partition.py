@@ -42,6 +42,8 @@ def _values(p: Partition, start: int = 0) -> list[bytes | None]:
 class _Tail:
     """A TailBatch that writes its records as one batch when settled."""
 
+    waited = False
+
     def __init__(self, p: Partition, *values: bytes) -> None:
         self.p, self.values, self.base, self.writes = p, list(values), -1, 0
 

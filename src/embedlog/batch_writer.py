@@ -22,15 +22,15 @@ topic's write rules live in one place:
 (:meth:`Partition.reserve <embedlog.partition.Partition.reserve>`), so the offsets of its
 records are known when they are added, and it is written (:meth:`OpenBatch.write`) when its
 owner settles it or anything else touches the partition. It is the pending batch of group
-commit: in ``fsync`` mode a writer adds its record, then waits in :meth:`OpenBatch.sync_through`
-until one leader has written the batch and fsynced it.
+commit: in ``fsync`` mode a writer (the producer, ``Log.append``: :mod:`embedlog.log_append`)
+adds its record, then waits in :meth:`OpenBatch.sync_through` until one leader has written the
+batch and fsynced it.
 
 Lock order: the partition lock -> ``OpenBatch.lock``.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -96,7 +96,6 @@ def write_records(
     append_time: int | None = None,
     stamp: ProducerStamp | None = None,
     expect_base: int | None = None,
-    queued: bool = False,
 ) -> list[fmt.BatchHeader]:
     """Encode the records as one batch and append it to ``p`` (halved while it is larger than
     ``max.message.bytes``); returns the stored header of each batch written.
@@ -104,15 +103,11 @@ def write_records(
     ``append_time``: the LogAppendTime stamp; by default the partition's clock now if the topic
     is LogAppendTime, and -1 for a CreateTime batch (a writer that took the topic's settings
     when its batch opened passes them on). ``expect_base``: the offset the records were
-    promised (a reservation); landing elsewhere is a broken invariant. ``queued``: a writer
-    that waits for its own fsync (``Log.append``) joins the group commit's queue
-    (:meth:`Partition.append_queued <embedlog.partition.Partition.append_queued>`), where
-    one plain record (uncompressed, CreateTime, no producer) may share a batch with other
-    writers' records."""
+    promised (a reservation); landing elsewhere is a broken invariant."""
     check_keys(p.topic, p.config, keys)
     out: list[fmt.BatchHeader] = []
     _write_all(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base,
-               queued, 0, out)
+               0, out)
     return out
 
 
@@ -134,7 +129,7 @@ def write_unchecked(
     if p.config.compact and (keys is None or any(k is None for k in keys)):
         return None
     out: list[fmt.BatchHeader] = []
-    if not _write_all(p, values, keys, None, timestamps, codec, None, None, None, False,
+    if not _write_all(p, values, keys, None, timestamps, codec, None, None, None,
                       encode.STRICT, out):
         return None
     return out
@@ -143,22 +138,13 @@ def write_unchecked(
 def _write_all(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
                headers: Headers | None, timestamps: Any, codec: Compression,
                append_time: int | None, stamp: ProducerStamp | None, expect_base: int | None,
-               queued: bool, flags: int, out: list[fmt.BatchHeader]) -> bool:
+               flags: int, out: list[fmt.BatchHeader]) -> bool:
     if append_time is None and p.config.message_timestamp_type == "LogAppendTime":
         append_time = p.clock()
     elif append_time is not None and append_time < 0:
         append_time = None
-    append: Callable[[bytearray], fmt.BatchHeader] = p.append_encoded
-    if queued:
-        append = p.append_queued
-        if (len(values) == 1 and codec is Compression.NONE and append_time is None
-                and stamp is None):  # one plain record: the group commit may merge it
-            record = (values[0], None if keys is None else keys[0],
-                      None if headers is None else headers[0], timestamps
-                      if timestamps.__class__ is int else timestamps[0])
-            append = functools.partial(p.append_queued, record=record)
     return _write(p, values, keys, headers, timestamps, codec, append_time, stamp, expect_base,
-                  out, append, flags)
+                  out, flags)
 
 
 _PLAIN: dict[tuple[Compression, int], encode.BatchAttributes] = {}
@@ -181,8 +167,7 @@ def _attributes(codec: Compression, append_time: int | None,
 def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
            headers: Headers | None, timestamps: Any, codec: Compression,
            append_time: int | None, stamp: ProducerStamp | None, expect_base: int | None,
-           out: list[fmt.BatchHeader], append: Callable[[bytearray], fmt.BatchHeader],
-           flags: int) -> bool:
+           out: list[fmt.BatchHeader], flags: int) -> bool:
     """Encode and append (halving while too large); False, with nothing written, when the
     encoder does not take unchecked arguments as they are (``flags``: :func:`write_unchecked`)."""
     n = len(values)
@@ -193,7 +178,7 @@ def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
     except encode.SectionTooLargeError:  # no reader would decompress it
         if n == 1:  # stored as is
             return _write(p, values, keys, headers, timestamps, Compression.NONE, append_time,
-                          stamp, expect_base, out, append, flags)
+                          stamp, expect_base, out, flags)
         batch = None
     else:
         if batch is None:  # the encoder did not take unchecked arguments
@@ -204,9 +189,9 @@ def _write(p: Partition, values: Sequence[bytes | None], keys: Keys | None,
             _write(p, values[lo:hi], _cut(keys, lo, hi), _cut(headers, lo, hi),
                    timestamps if isinstance(timestamps, int) else timestamps[lo:hi], codec,
                    append_time, stamp, None if expect_base is None else expect_base + lo, out,
-                   append, flags)
+                   flags)
         return True
-    header = append(batch)
+    header = p.append_encoded(batch)
     if expect_base is not None and header.base_offset != expect_base:
         raise AssertionError(
             f"{p.topic}-{p.partition}: batch landed at {header.base_offset}, "
@@ -247,13 +232,15 @@ class OpenBatch:
     owner appends to ``values``/``keys``/``timestamps``/``headers`` under it (the producer's
     send loop, kept lean on purpose). ``on_open`` runs under the partition lock when the batch
     opens; ``on_close(batch, error)`` when it was written (an error is the writer's to report:
-    the records were already acknowledged one by one).
+    to each writer of the batch, or, when the records were already acknowledged one by one,
+    on the writer's next call). ``waited``: every writer of the batch waits for the group
+    commit, whose round fsyncs it (:class:`~embedlog.partition.TailBatch`).
     """
 
     __slots__ = ("append_time", "base", "batch_size", "codec", "compression", "headers",
                  "index", "keys", "last", "limit", "lock", "log_append", "max_batch_records",
                  "max_bytes", "max_record", "on_close", "on_open", "open", "opened", "p",
-                 "size", "stamp", "timestamps", "topic", "values")
+                 "size", "stamp", "timestamps", "topic", "values", "waited")
 
     def __init__(
         self,
@@ -265,8 +252,10 @@ class OpenBatch:
         stamp: ProducerStamp | None,
         on_open: Callable[[OpenBatch], None],
         on_close: Callable[[OpenBatch, BaseException | None], None],
+        waited: bool = False,
     ) -> None:
         self.p = p
+        self.waited = waited
         self.topic = p.topic
         self.index = p.partition
         self.batch_size = batch_size

@@ -7,21 +7,13 @@ A :class:`GroupCommit` keeps a partition's durability bookkeeping:
   append counted so far. One caller at a time fsyncs; the others park, and a caller whose
   append the fsync in flight covers returns when it ends instead of queueing behind the next
   one;
-* *rounds*: the writers of :meth:`GroupCommit.commit_queued` (``Log.append`` in ``fsync`` mode:
-  each brings its encoded batch) and of :meth:`GroupCommit.sync_through` (the producer: each
-  left its record in the partition's reserved batch and brings the record's offset) share one
-  hand-off. One writer at a time is the *leader*: it calls the partition's ``write_round``
-  with every queued batch (which first writes the reservation, then appends the batches, each
-  getting its own header or error, and returns the end offset and the append count), then
-  fsyncs once. Writers of one plain record each (``Log.append``'s common case: uncompressed,
-  CreateTime, no producer id) are *merged*: two or more in a round are written as one batch
-  (:func:`merge_records`; their records in arrival order, in the place of the first of them),
-  so a round of eight costs one append to the segment, not eight. Each of them gets the header
-  of the batch it brought at the offset its record got (the header a batch of its own would
-  have had), or the merged batch's error. Every writer that round covers returns (each with
-  its own header or error);
-  the first writer still parked becomes the next leader. Writers never append while an fsync
-  runs, so a round holds what arrived during the previous one;
+* *rounds*: the writers of :meth:`GroupCommit.sync_through` (the producer and ``Log.append``
+  in ``fsync`` mode: each left its record in the partition's reserved batch and brings the
+  record's offset) share one hand-off. One writer at a time is the *leader*: it calls the
+  partition's ``write_round`` (which writes the reserved batch and returns the end offset and
+  the append count), then fsyncs once. Every writer that round covers returns; the first
+  writer still parked becomes the next leader. Writers never append while an fsync runs, so a
+  round holds what arrived during the previous one;
 * ``durable_end``: every offset below it is on disk (a round's end offset once its fsync
   returned).
 
@@ -46,10 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _io
-from .segment import encode
-from .segment import format as fmt
 
-__all__ = ["GATHER_WAIT", "GroupCommit", "PlainRecord", "Queued", "merge_records"]
+__all__ = ["GATHER_WAIT", "GroupCommit", "Queued"]
 
 GATHER_WAIT = 0.001
 """Seconds a new leader waits for the writers of the last round to come back before it writes
@@ -57,21 +47,6 @@ what it has (a writer that left does not hold up every later round: the next rou
 only as many as came)."""
 
 _new_lock = threading.Lock
-_PLAIN = encode.BatchAttributes()
-
-PlainRecord = tuple[bytes | None, bytes | None, Any, int]
-"""A one-record writer's record: value, key, headers (a list of pairs, or None), timestamp."""
-
-
-def merge_records(records: list[PlainRecord], max_bytes: int) -> bytearray | None:
-    """One uncompressed CreateTime batch (base offset 0) holding ``records`` in order, or None
-    when it would be larger than ``max_bytes`` (the writers' own batches are written then)."""
-    headers = [r[2] for r in records]
-    batch = encode.encode_for_append(
-        [r[0] for r in records], [r[1] for r in records],
-        headers if any(h is not None for h in headers) else None,
-        [r[3] for r in records], _PLAIN, None)
-    return batch if batch is not None and len(batch) <= max_bytes else None
 
 
 def _parked() -> Any:
@@ -82,47 +57,31 @@ def _parked() -> Any:
 
 
 class Queued:
-    """One writer of a round. ``batch``: its encoded batch (:meth:`GroupCommit.commit_queued`)
-    or None (:meth:`GroupCommit.sync_through`: its record at ``offset`` is in the reserved
-    batch); ``record``: the one plain record of ``batch``, if it may be merged (see the module
-    notes). ``write_round`` sets ``header`` or ``error``; ``done`` once its round's fsync ended
-    (or failed); ``lead``: woken to lead the next round; ``gone``: its caller was interrupted
-    while parked (its turn in a chain passes on); ``wake``: the lock it parks on."""
+    """One writer of a round: its record is at ``offset`` in the reserved batch. ``done`` once
+    its round's fsync ended (or failed); ``lead``: woken to lead the next round; ``gone``: its
+    caller was interrupted while parked (its turn in a chain passes on); ``wake``: the lock it
+    parks on."""
 
-    __slots__ = ("batch", "done", "error", "gone", "header", "lead", "offset", "record", "wake")
+    __slots__ = ("done", "gone", "lead", "offset", "wake")
 
-    def __init__(self, batch: bytearray | None, offset: int = -1,
-                 record: PlainRecord | None = None) -> None:
-        self.batch = batch
+    def __init__(self, offset: int) -> None:
         self.offset = offset
-        self.record = record
-        self.header: fmt.BatchHeader | None = None
-        self.error: BaseException | None = None
         self.done = False
         self.lead = False
         self.gone = False
         self.wake: Any = None
 
-    def result(self) -> fmt.BatchHeader:
-        if self.error is not None:
-            raise self.error
-        assert self.header is not None
-        return self.header
 
-
-WriteRound = Callable[[list[Queued]], tuple[int, int]]
+WriteRound = Callable[[], tuple[int, int]]
 
 
 class GroupCommit:
     """The durability state of one partition; ``flush`` fsyncs its active segment,
-    ``write_round(batches)`` writes a round (see the module notes), ``max_bytes()`` is the
-    largest batch the partition takes."""
+    ``write_round()`` writes a round (see the module notes)."""
 
-    def __init__(self, flush: Callable[[], None], write_round: WriteRound,
-                 max_bytes: Callable[[], int]) -> None:
+    def __init__(self, flush: Callable[[], None], write_round: WriteRound) -> None:
         self._flush = flush
         self._write_round = write_round
-        self._max_bytes = max_bytes
         self.sync_lock = threading.Lock()
         self._mutex = threading.Lock()
         self._syncing = False
@@ -208,22 +167,12 @@ class GroupCommit:
 
     # ------------------------------------------------------------------ rounds
 
-    def commit_queued(self, batch: bytearray, record: PlainRecord | None = None
-                      ) -> fmt.BatchHeader:
-        """Return ``batch``'s header once it is appended and on disk (see the module notes);
-        raise its error (of its append, or of the round's write or fsync). ``record``: the
-        batch's one record, if it may be merged with other writers' (see the module notes)."""
-        mine = Queued(batch, record=record)
-        if not self._join(mine):
-            self._lead(mine)
-        return mine.result()
-
     def sync_through(self, offset: int) -> bool:
         """Return once ``offset`` (in the reserved batch, or already appended) is on disk.
         False if ``offset`` was never written (its batch failed; the writer has the error)."""
         if self.durable_end > offset:
             return True
-        mine = Queued(None, offset)
+        mine = Queued(offset)
         if self._join(mine):
             return True
         self._lead(mine)
@@ -307,50 +256,21 @@ class GroupCommit:
                 self._expected = len(self._parked) + 1
 
     def _lead(self, mine: Queued) -> None:
-        """One round: write every queued batch (and the reservation), fsync, wake the covered
-        and hand the lead on. An error of the write or the fsync is each taken batch's that
-        has none of its own; writers of the reservation it did not cover lead again."""
+        """One round: write the reserved batch, fsync, wake the covered and hand the lead on.
+        An error of the write or the fsync is raised (the writers it did not cover lead
+        again, and meet it themselves)."""
         mine.lead = False
         if self._expected > 1:
             self._gather()
         with self._mutex:
             parked, self._parked = self._parked, []
-        queued = [mine] if mine.batch is not None else []
-        if parked:
-            queued += [entry for entry in parked if entry.batch is not None]
-        queued, merged, members = self._merge(queued)
-        end = -1
+        end = -1  # (a round that raised covered no one)
         try:
-            end, seq = self._write_round(queued)
+            written_end, seq = self._write_round()
             self._sync_round(seq)
-        except BaseException as exc:
-            for entry in queued:
-                entry.error = entry.error or exc
-            end = -1
-            if mine.batch is None:
-                raise
+            end = written_end
         finally:
-            if merged is not None:
-                _spread(merged, members)
             self._finish(mine, parked, end)
-
-    def _merge(self, queued: list[Queued]) -> tuple[list[Queued], Queued | None, list[Queued]]:
-        """The entries to write: the one-record writers' records as one batch, in the place of
-        the first of them, when two or more came and it fits (see the module notes); the merged
-        entry and its members."""
-        members = [entry for entry in queued if entry.record is not None]
-        if len(members) < 2:
-            return queued, None, []
-        try:
-            batch = merge_records([entry.record for entry in members  # type: ignore[misc]
-                                   ], self._max_bytes())
-        except Exception:  # (each record encoded alone: their own batches are written then)
-            batch = None
-        if batch is None:
-            return queued, None, []
-        merged, first = Queued(batch), members[0]
-        return ([merged if entry is first else entry for entry in queued
-                 if entry.record is None or entry is first], merged, members)
 
     def _sync_round(self, seq: int) -> None:
         """A round's fsync: :meth:`sync` without its hand-off (rounds come one at a time; a
@@ -373,8 +293,8 @@ class GroupCommit:
         with self._mutex:
             self._expected = len(parked) + 1
             uncovered = []
-            for entry in parked:  # the reservation's writers it did not cover stay parked
-                if entry.batch is None and entry.offset >= end:
+            for entry in parked:  # the writers it did not cover stay parked
+                if entry.offset >= end:
                     uncovered.append(entry)
                 else:
                     entry.done = True
@@ -387,14 +307,3 @@ class GroupCommit:
         if first is not None:
             first.release()
 
-
-def _spread(merged: Queued, members: list[Queued]) -> None:
-    """Give each merged writer its result: its own batch's header at the offset its record
-    got in the merged batch, or the merged batch's error."""
-    header = merged.header
-    for i, entry in enumerate(members):
-        if merged.error is not None or header is None:
-            entry.error = merged.error
-        else:
-            fmt.set_base_offset(entry.batch, header.base_offset + i)  # type: ignore[arg-type]
-            entry.header = fmt.parse_header(entry.batch, 0)  # type: ignore[arg-type]

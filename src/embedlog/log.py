@@ -32,6 +32,7 @@ from .compaction import CompactionStats, Compactor
 from .compaction.background import CleanerThread
 from .config import TopicConfig
 from .errors import UsageError
+from .log_append import Appender
 from .metadata import LOG_START, METADATA, RECOVERY_POINT, parse_metadata
 from .naming import validate_topic
 from .partition import Partition, SegmentInfo
@@ -74,6 +75,7 @@ class Log(TransactionAdmin):
         super().__init__(path, read_only=read_only, durability=durability, create=create,
                          clock=clock, remote_uri=remote_uri)
         self._round_robin = itertools.count()  # keyless records' partition
+        self._appender = Appender()
         self._compactor: Compactor | None = None
         self._cleaner: CleanerThread | None = None
         self._upkeep = Upkeep(upkeep, self._topics.healthy,
@@ -160,16 +162,14 @@ class Log(TransactionAdmin):
         timestamp: int | None = None,
         partition: int | None = None,
     ) -> RecordMetadata:
-        """Append one record; returns where it landed. Durable on return in ``fsync`` mode."""
+        """Append one record; returns where it landed. Durable on return in ``fsync`` mode,
+        where concurrent appends share a batch and an fsync (:mod:`embedlog.log_append`)."""
         self._check_writer()
         value, key, headers = _validate.record(value, key, headers)
         t = self._topic(topic)
         p = self._choose(t, key, partition)
         ts = self.clock() if timestamp is None else _validate.timestamp_ms(timestamp)
-        header, = write_records(p, [value], [key], [headers] if headers else None, ts,
-                                codec=choose_codec(t.config, None), queued=True)
-        return RecordMetadata(topic, p.partition, header.base_offset, header.max_timestamp
-                              if header.timestamp_type == 1 else ts)
+        return self._appender.append(p, value, key, headers, ts)
 
     def append_batch(
         self,

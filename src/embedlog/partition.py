@@ -47,7 +47,7 @@ from .errors import (
     RecordTooLargeError,
     StorageError,
 )
-from .group_commit import GroupCommit, PlainRecord, Queued
+from .group_commit import GroupCommit
 from .manifest import write_manifest
 from .producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerStateTable
 from .records import Record
@@ -77,7 +77,11 @@ def now_ms() -> int:
 class TailBatch(Protocol):
     """Records whose offsets a writer reserved at the partition's tail (:meth:`Partition.reserve`):
     ``open_at(base)`` when the reservation starts (its first record gets offset ``base``),
-    ``write()`` when it is released (append through ``append_encoded``); both under the lock."""
+    ``write()`` when it is released (append through ``append_encoded``); both under the lock.
+    ``waited``: its writers wait for the group commit (:meth:`Partition.sync_through`), so its
+    write does not fsync by itself (in ``fsync`` mode an append would, holding the lock)."""
+
+    waited: bool
 
     def open_at(self, base: int) -> None: ...
 
@@ -121,13 +125,13 @@ class Partition:
         self.start_offset = 0
         self.stable = StableOffset()  # the last stable offset, read incrementally (under lock)
         self.lock = threading.RLock()
-        self._commit = GroupCommit(self._flush_active, self._write_round,
-                                   lambda: self.config.max_message_bytes)
+        self._commit = GroupCommit(self._flush_active, self._write_round)
         self.poisoned: BaseException | None = None
         self.refusal: Callable[[], EmbedlogError] | None = None  # refused: quarantine, fork
         self.damage: CorruptionError | None = None
         self.appended = threading.Condition(self.lock)
         self._reserved: TailBatch | None = None
+        self._waited = False  # a waited reservation is being written (TailBatch)
         self.producer_state: ProducerStateTable | None = None
         self.producer_id_expiration_ms = PRODUCER_ID_EXPIRATION_MS  # set by its topic table
         self._manifest_seen: tuple[int, int, int] | None = None
@@ -231,46 +235,35 @@ class Partition:
             reserved = self._reserved
             if reserved is not None and (batch is None or reserved is batch):
                 self._reserved = None
-                reserved.write()
+                self._waited = reserved.waited
+                try:
+                    reserved.write()
+                finally:
+                    self._waited = False
 
     def append_encoded(self, batch: bytearray) -> fmt.BatchHeader:
         """Append one encoded v2 batch (base offset 0, CRC valid); assign its offsets in place.
 
         A reserved batch is written first. An idempotent producer's batch is checked against
         the producer state (a duplicate returns the stored header and writes nothing). Returns
-        the batch header as stored. Durable on return in fsync mode.
+        the batch header as stored. Durable on return in fsync mode (but for a waited
+        reservation's write, :class:`TailBatch`).
         """
         self._check_batch_size(batch)
         with self.lock:
             header, seq = self._append_locked(batch)
-        if self.fsync_appends:
+            sync = self.fsync_appends and not self._waited
+        if sync:
             self.sync(seq)
         return header
 
-    def append_queued(self, batch: bytearray, record: PlainRecord | None = None) -> fmt.BatchHeader:
-        """:meth:`append_encoded` for a writer that waits for its own fsync: in ``fsync`` mode
-        the batch (of one plain ``record``: mergeable) joins the group commit's queue and the
-        round's leader appends every queued batch, then fsyncs once
-        (:meth:`GroupCommit.commit_queued <embedlog.group_commit.GroupCommit.commit_queued>`)."""
-        if not (self.fsync_appends and _io.SAFETY.fsync_before_ack):
-            return self.append_encoded(batch)
-        self._check_batch_size(batch)
-        return self._commit.commit_queued(batch, record)
-
-    def _write_round(self, entries: list[Queued]) -> tuple[int, int]:
-        """A group-commit round's write: the reservation, then each queued batch (its header
-        or error); returns the end offset and the append count."""
+    def _write_round(self) -> tuple[int, int]:
+        """A group-commit round's write: the reserved batch; returns the end offset and the
+        append count."""
         with self.lock:
             self.check_writable()
             if self._reserved is not None:
                 self.settle()
-            for entry in entries:
-                if entry.batch is None:  # (a reservation's writer: nothing of its own)
-                    continue
-                try:
-                    entry.header = self._append_locked(entry.batch)[0]
-                except (EmbedlogError, ValueError) as exc:
-                    entry.error = exc
             return self.end_offset, self._commit.written
 
     def _append_locked(self, batch: bytearray) -> tuple[fmt.BatchHeader, int]:

@@ -334,6 +334,7 @@ class Producer:
             stamp=stamp,
             on_open=self._opened,
             on_close=self._closed_batch,
+            waited=self._fsync,
         )
         return slot
 

@@ -1,0 +1,153 @@
+"""``Log.append``'s write: one record, through the partition's open batch when it must be durable.
+
+Without an fsync per append (``durability`` ``"none"`` or ``"flush"``) a record is written
+at once as a batch of its own (:func:`~embedlog.batch_writer.write_records`): it is readable
+when ``append`` returns.
+
+In ``fsync`` mode ``append`` takes the producer's path (:mod:`embedlog.producer`): the record
+joins the partition's open batch (an :class:`~embedlog.batch_writer.OpenBatch`, one per
+partition, owned by the :class:`Appender` of the log) and its writer waits in the partition's
+group commit (:meth:`Partition.sync_through <embedlog.partition.Partition.sync_through>`):
+while one fsync runs the records of every other writer gather in the batch, and the next
+leader writes them all with one write and one fsync. A writer returns once a round covered
+its record, readable and on disk.
+
+**Each writer's own error.** A batch that fails to be written fails every record in it: each
+batch has a :class:`Ticket`, taken by its writers with their records (under the batch's lock)
+and given the error when the write fails, before any later batch of the partition can be
+written (the write holds the partition lock). A writer whose ticket has an error raises it,
+even when a later batch took the same offsets. A producer instead keeps a batch's error for
+its next call: its records were acknowledged one by one.
+
+Records the open batch does not take go the first way, each its own batch followed by an
+fsync of its own: a keyless record for a compacted topic (refused there with its own error),
+and a record larger than the batch's estimate allows (checked exactly there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import _io
+from .batch_writer import RECORD_OVERHEAD, OpenBatch, choose_codec, headers_size, write_records
+from .errors import EmbedlogError, LogClosedError, StorageError
+from .partition import Partition
+from .records import Header, RecordMetadata
+
+__all__ = ["BATCH_RECORDS", "BATCH_SIZE", "Appender", "Ticket"]
+
+BATCH_SIZE = 256 * 1024
+"""Bytes at which an open batch is written before a round takes it (the producer's default)."""
+BATCH_RECORDS = 2000
+"""Records at which an open batch is written before a round takes it."""
+
+_new = tuple.__new__
+
+
+class Ticket:
+    """The outcome of one open batch: ``error`` once its write failed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+
+def _closed(batch: OpenBatch, error: BaseException | None) -> None:
+    """``on_close`` of an :class:`_AppendBatch`: its ticket takes the write's error."""
+    if error is not None:
+        batch.ticket.error = error  # type: ignore[attr-defined]
+
+
+def _opened(batch: OpenBatch) -> None:
+    """``on_open``: nothing to do (every writer waits for a round; no linger)."""
+
+
+class _AppendBatch(OpenBatch):
+    """A partition's open batch for ``Log.append``: a new :class:`Ticket` each time it opens."""
+
+    __slots__ = ("ticket",)
+
+    def __init__(self, p: Partition) -> None:
+        super().__init__(p, batch_size=BATCH_SIZE, max_batch_records=BATCH_RECORDS,
+                         compression=None, stamp=None, on_open=_opened, on_close=_closed,
+                         waited=True)
+        self.ticket = Ticket()
+
+    def open_at(self, base: int) -> None:
+        self.ticket = Ticket()  # (the partition lock is held: no writer sees the batch open)
+        super().open_at(base)
+
+
+class Appender:
+    """``Log.append``'s writes for one log (see the module notes); thread-safe."""
+
+    def __init__(self) -> None:
+        self._batches: dict[Partition, _AppendBatch] = {}
+
+    def append(self, p: Partition, value: bytes | None, key: bytes | None,
+               headers: list[Header] | None, timestamp: int) -> RecordMetadata:
+        """Write one checked record to ``p``; durable on return when ``p`` fsyncs appends."""
+        if p.fsync_appends and _io.SAFETY.fsync_before_ack and (key is not None
+                                                                or not p.config.compact):
+            meta = self._join(p, value, key, headers, timestamp)
+            if meta is not None:
+                return meta
+        header, = write_records(p, [value], [key], [headers] if headers else None, timestamp,
+                                codec=choose_codec(p.config, None))
+        return _new(RecordMetadata, (p.topic, p.partition, header.base_offset,  # type: ignore[no-any-return]
+                                     header.max_timestamp if header.timestamp_type == 1
+                                     else timestamp))
+
+    def _join(self, p: Partition, value: bytes | None, key: bytes | None,
+              headers: Sequence[Header] | None, timestamp: int) -> RecordMetadata | None:
+        """Add the record to ``p``'s open batch and wait for the round that writes it; None,
+        with nothing added, for a record larger than the batch may hold."""
+        size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
+            0 if key is None else len(key)) + (headers_size(headers) if headers else 0)
+        batch = self._batch(p)
+        lock = batch.lock
+        lock.acquire()
+        while not batch.open:
+            lock.release()
+            if not batch.reserve():  # the log was closed, or the topic deleted
+                p.check_writable()
+                raise LogClosedError(f"{p.topic}-{p.partition} is closed")
+            lock.acquire()
+        try:
+            if size > batch.max_record:
+                return None
+            n = len(batch.values)
+            batch.values.append(value)
+            batch.keys.append(key)
+            batch.timestamps.append(timestamp)
+            if headers or batch.headers is not None:
+                batch.add_headers(n, headers or None)
+            batch.size += size
+            offset, ticket = batch.base + n, batch.ticket
+            full = batch.size >= batch.limit or n >= batch.last
+            stamp = batch.append_time if batch.log_append else timestamp
+        finally:
+            lock.release()
+        if full:
+            batch.settle()
+        try:
+            covered = batch.sync_through(offset)
+        except EmbedlogError:  # a later round's: the partition refuses after the batch failed
+            if ticket.error is None:
+                raise
+            covered = False
+        if ticket.error is not None:
+            raise ticket.error
+        if not covered:  # (a failed round raises in its leader; its writers find the error)
+            raise StorageError(f"{p.topic}-{p.partition}: the record at offset {offset} was "
+                               "not written")
+        return _new(RecordMetadata, (p.topic, p.partition, offset, stamp))  # type: ignore[no-any-return]
+
+    def _batch(self, p: Partition) -> _AppendBatch:
+        batch = self._batches.get(p)
+        if batch is None:
+            for gone in [q for q in list(self._batches) if not q.segments]:  # closed ones
+                self._batches.pop(gone, None)
+            batch = self._batches.setdefault(p, _AppendBatch(p))
+        return batch
