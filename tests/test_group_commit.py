@@ -477,3 +477,24 @@ def test_appends_and_a_producer_share_a_partition(log_dir: pathlib.Path) -> None
         assert errors == []
         assert {r.offset: r.value for r in log.read("t", 0)} == landed
         assert len(landed) == 6 * per_thread
+
+
+def test_a_shared_batch_of_a_log_append_time_topic_tells_each_append_its_stamp(
+        log_dir: pathlib.Path) -> None:
+    """LogAppendTime: the appends that share a batch each get the batch's stamp, as stored
+    (the log's clock, not the timestamps given)."""
+    threads = 4
+    clock = iter(range(50_000, 60_000, 10))
+    got: dict[int, int] = {}
+    with embedlog.Log(log_dir, durability="fsync", clock=lambda: next(clock)) as log:
+        log.create_topic("t", config={"message.timestamp.type": "LogAppendTime"})
+
+        def append(i: int) -> None:
+            meta = log.append("t", b"v%d" % i, timestamp=1_000 + i)
+            got[meta.offset] = meta.timestamp
+
+        _round_behind_held_fsync(log, append, threads)
+        stored = {r.offset: r.timestamp for r in log.read("t", 0)}
+        assert got == stored and len(got) == threads
+        assert all(t >= 50_000 for t in stored.values())
+        assert len(set(got.values())) == 2  # the first append's batch, and the shared one

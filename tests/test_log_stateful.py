@@ -1,5 +1,6 @@
 """Model-based test: random appends, batches, rolls, retention, delete-records and reopens
-against an in-memory list of what was appended."""
+against an in-memory list of what was appended; in both durabilities (``fsync``: appends go
+through the partition's open batch and the group commit, :mod:`embedlog.log_append`)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ headers = st.lists(
 
 
 class LogModel(RuleBasedStateMachine):
+    durability: embedlog.Durability = "none"
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="embedlog-model-")
-        self.log = embedlog.open(self.dir)
+        self.log = embedlog.open(self.dir, durability=self.durability)
         self.log.create_topic(
             "t",
             partitions=2,
@@ -90,7 +93,7 @@ class LogModel(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.log.close()
-        self.log = embedlog.open(self.dir)
+        self.log = embedlog.open(self.dir, durability=self.durability)
 
     @precondition(lambda self: any(self.model))
     @rule(p=st.integers(0, 1), data=st.data())
@@ -110,5 +113,11 @@ class LogModel(RuleBasedStateMachine):
             assert self.log.end_offset("t", p) == self._end(p)
 
 
+class DurableLogModel(LogModel):
+    durability = "fsync"
+
+
 LogModel.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+DurableLogModel.TestCase.settings = LogModel.TestCase.settings
 TestLogModel = LogModel.TestCase
+TestDurableLogModel = DurableLogModel.TestCase
