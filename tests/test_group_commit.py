@@ -16,6 +16,7 @@ import embedlog
 from doubles import Call, ScriptedFS
 from embedlog import _io, batch_writer
 from embedlog.group_commit import GroupCommit, Queued
+from embedlog.partition import Partition
 
 WAIT = 30.0  # generous bound for a thread to reach a point it must reach (a hang guard only)
 
@@ -357,16 +358,17 @@ def test_a_new_leader_waits_for_the_last_rounds_writers_only_so_long() -> None:
 
 
 def _outcomes_of_a_round(log: embedlog.Log, threads: int,
-                         queued: Callable[[], None] = lambda: None
+                         queued: Callable[[], None] = lambda: None,
+                         catch: type[BaseException] = embedlog.EmbedlogError,
                          ) -> dict[int, BaseException | int]:
     """:func:`_round_behind_held_fsync` of ``append("t", b"v<i>")``: each call's offset or
-    error."""
+    error (of type ``catch``)."""
     outcomes: dict[int, BaseException | int] = {}
 
     def append(i: int) -> None:
         try:
             outcomes[i] = log.append("t", b"v%d" % i).offset
-        except embedlog.EmbedlogError as exc:
+        except catch as exc:
             outcomes[i] = exc
 
     _round_behind_held_fsync(log, append, threads, queued)
@@ -498,3 +500,88 @@ def test_a_shared_batch_of_a_log_append_time_topic_tells_each_append_its_stamp(
         assert got == stored and len(got) == threads
         assert all(t >= 50_000 for t in stored.values())
         assert len(set(got.values())) == 2  # the first append's batch, and the shared one
+
+
+def test_a_batch_write_cut_short_fails_every_append_of_it(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared batch whose write is cut short by an exception the batch does not report (an
+    interrupt): the round's leader raises it, every other append of the batch fails with the
+    batch's error (its offsets may be given to the next batch), and nothing of it is stored."""
+    threads = 4
+    write = batch_writer.write_records
+
+    class Cut(Exception):
+        pass
+
+    def cut_shared(p: object, values: list[bytes], *args: object, **kw: object) -> object:
+        if len(values) == threads - 1:
+            raise Cut("injected")
+        return write(p, values, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batch_writer, "write_records", cut_shared)
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        outcomes = _outcomes_of_a_round(log, threads, catch=Exception)
+        assert outcomes[0] == 0
+        errors = [outcomes[i] for i in range(1, threads)]
+        assert sum(isinstance(e, Cut) for e in errors) == 1  # the leader's
+        others = [e for e in errors if not isinstance(e, Cut)]
+        assert len(others) == threads - 2
+        assert all(isinstance(e, embedlog.StorageError)
+                   and "a batch was not written (Cut('injected'))" in str(e)
+                   for e in others), others
+        assert log.append("t", b"after").offset == 1
+        assert [r.value for r in log.read("t", 0)] == [b"v0", b"after"]
+
+
+def test_a_batch_open_when_its_topic_is_altered_is_written_under_its_settings(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appends waiting in an open batch while ``max.message.bytes`` is lowered below one of
+    their records: the batch is written as it was opened, and every append succeeds."""
+    names = ("w0", "w1", "w2")
+    arrived = {n: threading.Event() for n in names}
+    go = threading.Event()
+    sync_through = Partition.sync_through
+
+    def gated(self: Partition, offset: int) -> bool:
+        name = threading.current_thread().name
+        if name in arrived:
+            arrived[name].set()
+            assert go.wait(WAIT)
+        return sync_through(self, offset)
+
+    monkeypatch.setattr(Partition, "sync_through", gated)
+    landed: dict[str, int] = {}
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        threads = []
+        for name, value in zip(names, (b"s0", b"s1", b"B" * 3000), strict=True):
+            t = threading.Thread(target=lambda n=name, v=value: landed.setdefault(
+                n, log.append("t", v).offset), name=name)
+            t.start()
+            assert arrived[name].wait(WAIT)
+            threads.append(t)
+        log.alter_topic("t", {"max.message.bytes": 1500})
+        go.set()
+        for t in threads:
+            t.join(WAIT)
+            assert not t.is_alive()
+        assert landed == {"w0": 0, "w1": 1, "w2": 2}
+        assert [len(r.value or b"") for r in log.read("t", 0)] == [2, 2, 3000]
+        with pytest.raises(embedlog.RecordTooLargeError):
+            log.append("t", b"B" * 3000)
+
+
+def test_a_producer_refuses_a_keyless_record_once_its_topic_is_compacted(
+        log_dir: pathlib.Path) -> None:
+    """The producer looked at the topic before it became compacted: a keyless record is
+    refused at ``send`` (alone), not written into a batch that the topic then refuses."""
+    with embedlog.open(log_dir) as log:
+        log.create_topic("t")
+        with log.producer() as producer:
+            producer.send("t", b"before", partition=0)
+            log.alter_topic("t", {"cleanup.policy": "compact"})
+            with pytest.raises(embedlog.UsageError, match="needs a key"):
+                producer.send("t", b"keyless", partition=0)
+            producer.send("t", b"keyed", key=b"k", partition=0)
+        assert [r.value for r in log.read("t", 0)] == [b"before", b"keyed"]

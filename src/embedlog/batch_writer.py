@@ -39,7 +39,7 @@ from typing import Any, Final
 import numpy as np
 
 from .config import TopicConfig
-from .errors import EmbedlogError, RecordTooLargeError, UsageError
+from .errors import EmbedlogError, RecordTooLargeError, StorageError, UsageError
 from .partition import Partition
 from .partitioner import partitions_for_keys
 from .producer_state import ProducerStamp
@@ -237,7 +237,7 @@ class OpenBatch:
     commit, whose round fsyncs it (:class:`~embedlog.partition.TailBatch`).
     """
 
-    __slots__ = ("append_time", "base", "batch_size", "codec", "compression", "headers",
+    __slots__ = ("append_time", "base", "batch_size", "codec", "compact", "compression", "headers",
                  "index", "keys", "last", "limit", "lock", "log_append", "max_batch_records",
                  "max_bytes", "max_record", "on_close", "on_open", "open", "opened", "p",
                  "size", "stamp", "timestamps", "topic", "values", "waited")
@@ -275,6 +275,7 @@ class OpenBatch:
         self.opened = 0.0
         self.limit = self.last = 0
         self.codec = Compression.NONE
+        self.compact = False
         self.log_append = False
         self.append_time = -1
         self.max_bytes = self.max_record = p.config.max_message_bytes
@@ -292,6 +293,7 @@ class OpenBatch:
             self.limit = min(self.batch_size, self.max_bytes)
             self.last = self.max_batch_records - 1
             self.codec = choose_codec(cfg, self.compression)
+            self.compact = cfg.compact  # (a keyless record must not join the batch then)
             self.log_append = cfg.message_timestamp_type == "LogAppendTime"
             self.append_time = self.p.clock() if self.log_append else -1
             self.opened = time.monotonic()
@@ -300,7 +302,9 @@ class OpenBatch:
 
     def write(self) -> None:
         """Encode and append the batch (the partition lock is held, the reservation already
-        released). Errors go to ``on_close`` rather than into whoever triggered the write."""
+        released). Errors go to ``on_close`` rather than into whoever triggered the write; a
+        write cut short by anything else (an interrupt) is reported as a
+        :class:`~embedlog.errors.StorageError` and raised."""
         with self.lock:
             values, keys, timestamps = self.values, self.keys, self.timestamps
             headers = self.headers
@@ -314,6 +318,10 @@ class OpenBatch:
                               stamp=self.stamp, expect_base=self.base)
             except (EmbedlogError, ValueError, TypeError) as exc:
                 error = exc
+            except BaseException as exc:  # cut short (an interrupt): reported, and raised on
+                self.on_close(self, StorageError(
+                    f"{self.topic}-{self.index}: a batch was not written ({exc!r})"))
+                raise
         self.on_close(self, error)
 
     # -------------------------------------------------------------- the owner's side

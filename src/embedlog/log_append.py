@@ -115,8 +115,8 @@ class Appender:
                 raise LogClosedError(f"{p.topic}-{p.partition} is closed")
             lock.acquire()
         try:
-            if size > batch.max_record:
-                return None
+            if size > batch.max_record or (key is None and batch.compact):
+                return None  # (written alone: checked exactly, or refused alone)
             n = len(batch.values)
             batch.values.append(value)
             batch.keys.append(key)

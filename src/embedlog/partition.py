@@ -321,8 +321,11 @@ class Partition:
         self._commit.sync(seq)
 
     def _flush_active(self) -> None:
+        segments = self.segments
+        if not segments:  # closed meanwhile (its close sealed what was written)
+            raise LogClosedError(f"{self.topic}-{self.partition} is closed")
         try:
-            self.active.flush()
+            segments[-1].flush()
         except StorageError as exc:
             self.poisoned = exc
             raise

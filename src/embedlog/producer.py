@@ -253,9 +253,9 @@ class Producer:
         lock.acquire()
         if not slot.open:
             self._reopen(slot)  # raises without the lock
-        if self._closing:  # close() may have flushed already: add nothing it would not write
+        if self._closing or (key is None and slot.compact):
             lock.release()
-            self._refuse_closing(slot)
+            self._refuse(slot)
         try:
             lane = slot.lane
             if headers is not None or slot.headers is not None:
@@ -276,9 +276,12 @@ class Producer:
             self._write_now(slot)
         return _new(RecordMetadata, (topic, slot.index, offset, timestamp))  # type: ignore[no-any-return]
 
-    def _refuse_closing(self, slot: LaneBatch) -> NoReturn:
-        """A send that met ``close()``: write the batch it may have opened (with any record a
-        racing lane call added to it), then raise."""
+    def _refuse(self, slot: LaneBatch) -> NoReturn:
+        """A send that met ``close()`` (which may have flushed already: add nothing it would not
+        write): write the batch it may have opened (with any record a racing lane call added to
+        it), then raise. Or a keyless one to a topic compacted since this producer looked."""
+        if not self._closing:
+            raise key_required(slot.topic, self.log.topic_config(slot.topic))
         slot.settle()
         self._check()
         raise LogClosedError("the producer is closed")

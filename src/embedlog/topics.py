@@ -296,7 +296,9 @@ class TopicTable:
         merged.check_change(topic.config)
         topic.config = merged
         for p in topic.partitions:
-            p.config = topic.config
+            with p.lock:  # an open batch is written under the settings it was opened with
+                p.settle()
+                p.config = merged
         self.write_metadata()
         return topic.config
 
