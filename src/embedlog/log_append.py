@@ -1,7 +1,7 @@
 """``Log.append``'s write: one record, through the partition's open batch when it must be durable.
 
-Without an fsync per append (``durability`` ``"none"`` or ``"flush"``) a record is written
-at once as a batch of its own (:func:`~embedlog.batch_writer.write_records`): it is readable
+Without an fsync per append (``durability="none"``) a record is written at once as a batch
+of its own (:func:`~embedlog.batch_writer.write_records`): it is readable
 when ``append`` returns.
 
 In ``fsync`` mode ``append`` takes the producer's path (:mod:`embedlog.producer`): the record
@@ -15,9 +15,11 @@ its record, readable and on disk.
 **Each writer's own error.** A batch that fails to be written fails every record in it: each
 batch has a :class:`Ticket`, taken by its writers with their records (under the batch's lock)
 and given the error when the write fails, before any later batch of the partition can be
-written (the write holds the partition lock). A writer whose ticket has an error raises it,
-even when a later batch took the same offsets. A producer instead keeps a batch's error for
-its next call: its records were acknowledged one by one.
+written (the write holds the partition lock); a write cut short by an interrupt gives it a
+:class:`~embedlog.errors.StorageError` (:meth:`OpenBatch.write
+<embedlog.batch_writer.OpenBatch.write>`). A writer whose ticket has an error raises it, even
+when a later batch took the same offsets. A producer instead keeps a batch's error for its
+next call (without ``fsync`` its records were acknowledged one by one at ``send``).
 
 Records the open batch does not take go the first way, each its own batch followed by an
 fsync of its own: a keyless record for a compacted topic (refused there with its own error),
