@@ -48,8 +48,15 @@ from .segment import encode
 from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
 
-__all__ = ["RECORD_OVERHEAD", "OpenBatch", "check_keys", "choose_codec", "headers_size",
-           "key_required", "spread", "write_records", "write_unchecked"]
+__all__ = ["DEFAULT_BATCH_RECORDS", "DEFAULT_BATCH_SIZE", "RECORD_OVERHEAD", "OpenBatch",
+           "check_keys", "choose_codec", "headers_size", "key_required", "spread",
+           "write_records", "write_unchecked"]
+
+DEFAULT_BATCH_SIZE: Final = 256 * 1024
+"""Bytes at which an open batch is written (Kafka's default is 16 KiB; larger batches make a
+Python send loop faster)."""
+DEFAULT_BATCH_RECORDS: Final = 2000
+"""Records at which an open batch is written."""
 
 RECORD_OVERHEAD: Final = 32
 """Upper bound of a record's framing (length, attributes, deltas, key/value lengths, headers

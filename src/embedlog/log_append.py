@@ -31,17 +31,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import _io
-from .batch_writer import RECORD_OVERHEAD, OpenBatch, choose_codec, headers_size, write_records
+from .batch_writer import (
+    DEFAULT_BATCH_RECORDS,
+    DEFAULT_BATCH_SIZE,
+    RECORD_OVERHEAD,
+    OpenBatch,
+    choose_codec,
+    headers_size,
+    write_records,
+)
 from .errors import EmbedlogError, LogClosedError, StorageError
 from .partition import Partition
 from .records import Header, RecordMetadata
 
-__all__ = ["BATCH_RECORDS", "BATCH_SIZE", "Appender", "Ticket"]
-
-BATCH_SIZE = 256 * 1024
-"""Bytes at which an open batch is written before a round takes it (the producer's default)."""
-BATCH_RECORDS = 2000
-"""Records at which an open batch is written before a round takes it."""
+__all__ = ["Appender", "Ticket"]
 
 _new = tuple.__new__
 
@@ -71,7 +74,7 @@ class _AppendBatch(OpenBatch):
     __slots__ = ("ticket",)
 
     def __init__(self, p: Partition) -> None:
-        super().__init__(p, batch_size=BATCH_SIZE, max_batch_records=BATCH_RECORDS,
+        super().__init__(p, batch_size=DEFAULT_BATCH_SIZE, max_batch_records=DEFAULT_BATCH_RECORDS,
                          compression=None, stamp=None, on_open=_opened, on_close=_closed,
                          waited=True)
         self.ticket = Ticket()
@@ -90,8 +93,7 @@ class Appender:
     def append(self, p: Partition, value: bytes | None, key: bytes | None,
                headers: list[Header] | None, timestamp: int) -> RecordMetadata:
         """Write one checked record to ``p``; durable on return when ``p`` fsyncs appends."""
-        if p.fsync_appends and _io.SAFETY.fsync_before_ack and (key is not None
-                                                                or not p.config.compact):
+        if p.fsync_appends and _io.SAFETY.fsync_before_ack:
             meta = self._join(p, value, key, headers, timestamp)
             if meta is not None:
                 return meta
@@ -104,7 +106,7 @@ class Appender:
     def _join(self, p: Partition, value: bytes | None, key: bytes | None,
               headers: Sequence[Header] | None, timestamp: int) -> RecordMetadata | None:
         """Add the record to ``p``'s open batch and wait for the round that writes it; None,
-        with nothing added, for a record larger than the batch may hold."""
+        with nothing added, for a record the batch does not take (see the module notes)."""
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
             0 if key is None else len(key)) + (headers_size(headers) if headers else 0)
         batch = self._batch(p)

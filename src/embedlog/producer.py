@@ -69,8 +69,8 @@ from typing import Any, Final, NoReturn
 
 from . import _fork, _validate
 from ._client_api import Durability, ProducerLog
+from .batch_writer import DEFAULT_BATCH_RECORDS, DEFAULT_BATCH_SIZE, OpenBatch, key_required
 from .batch_writer import RECORD_OVERHEAD as _RECORD_OVERHEAD
-from .batch_writer import OpenBatch, key_required
 from .batch_writer import headers_size as _headers_size
 from .errors import (
     InvalidArgumentError,
@@ -90,8 +90,6 @@ from .segment.codecs import compression_from_name
 
 __all__ = ["DEFAULT_BATCH_SIZE", "PRODUCER_IDS", "Producer"]
 
-DEFAULT_BATCH_SIZE: Final = 256 * 1024
-"""Bytes per batch (Kafka's default is 16 KiB; larger batches make a Python send loop faster)."""
 PRODUCER_IDS: Final = PRODUCER_IDS_FILE
 """File in the log directory holding the next free producer id (:mod:`.producer_state`)."""
 _new = tuple.__new__
@@ -131,7 +129,7 @@ class Producer:
         compression: str | None = None,
         linger_ms: float = 0,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        max_batch_records: int = 2000,
+        max_batch_records: int = DEFAULT_BATCH_RECORDS,
         idempotent: bool = False,
         key_serializer: Callable[[Any], bytes] | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
