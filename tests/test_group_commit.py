@@ -14,7 +14,7 @@ from kafka.record.memory_records import MemoryRecords
 
 import embedlog
 from doubles import Call, ScriptedFS
-from embedlog import _io, batch_writer
+from embedlog import _io, batch_writer, group_commit
 from embedlog.group_commit import GroupCommit, Queued
 from embedlog.partition import Partition
 
@@ -243,6 +243,7 @@ class _Rounds:
         self.log: list[bytes] = []
         self.pending: list[bytes] = []
         self.fsyncs: list[int] = []
+        self.leaders: list[str] = []  # the thread that wrote each round
         self.hold = threading.Event()
         self.held = threading.Event()
         self.hold.set()
@@ -251,6 +252,7 @@ class _Rounds:
 
     def _write_round(self) -> tuple[int, int]:
         with self.lock:
+            self.leaders.append(threading.current_thread().name)
             if self.pending:
                 self.log += self.pending
                 self.pending = []
@@ -585,3 +587,72 @@ def test_a_producer_refuses_a_keyless_record_once_its_topic_is_compacted(
                 producer.send("t", b"keyless", partition=0)
             producer.send("t", b"keyed", key=b"k", partition=0)
         assert [r.value for r in log.read("t", 0)] == [b"before", b"keyed"]
+
+
+def _round_of(r: _Rounds, n: int, out: list[int]) -> None:
+    """A round of ``n`` writers behind a held fsync (the next leader then expects ``n``)."""
+    r.hold.clear()
+    r.held.clear()
+    first = r.append(b"first", out)
+    assert r.held.wait(WAIT)
+    rest = [r.append(b"v%d" % i, out) for i in range(n)]
+    _until(lambda: r.gc.parked >= n)
+    r.hold.set()
+    for t in [first, *rest]:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert r.gc._expected == n
+
+
+def test_the_writer_that_completes_a_gathering_round_leads_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new leader waits for as many writers as the last round had; the one that completes
+    the count leads the round (the waiting leader is not woken first), and the waiting
+    leader returns covered by it."""
+    r = _Rounds()
+    out: list[int] = []
+    _round_of(r, 3, out)
+    monkeypatch.setattr(group_commit, "GATHER_WAIT", WAIT)
+    gatherer = r.append(b"gatherer", out)
+    _until(lambda: r.gc._gatherer is not None)
+    second = r.append(b"second", out)
+    _until(lambda: r.gc.parked >= 1)
+    third = r.append(b"third", out)
+    for t in (gatherer, second, third):
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert r.leaders[-1] == third.name and gatherer.name not in r.leaders
+    assert r.log[-3:] == [b"gatherer", b"second", b"third"] and r.fsyncs[-1] == len(r.log)
+    assert sorted(out)[-3:] == [len(r.log) - 3, len(r.log) - 2, len(r.log) - 1]
+    assert r.gc._expected == 3 and r.gc.parked == 0 and not r.gc._leading
+
+
+def test_a_leader_interrupted_while_it_gathers_hands_the_lead_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new leader interrupted while it waits for the last round's writers gives up the
+    lead: the writers after it are served (its record, in the reserved batch, with theirs)."""
+    r = _Rounds()
+    out: list[int] = []
+    _round_of(r, 3, out)
+    monkeypatch.setattr(group_commit, "GATHER_WAIT", WAIT)
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            r.gc.sync_through(r.add(b"interrupted"))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    monkeypatch.setattr(group_commit, "GATHER_WAIT", 0.001)
+    later = r.append(b"later", out)
+    later.join(WAIT)
+    assert not later.is_alive()
+    assert r.log[-2:] == [b"interrupted", b"later"] and r.gc.durable_end == len(r.log)
+    assert r.gc.parked == 0 and not r.gc._leading and r.gc._gatherer is None

@@ -25,7 +25,9 @@ preempt the running one and pass the interpreter lock around; a covered writer w
 was interrupted passes its turn on). A new leader first waits (parked, not spinning) until
 as many writers are back as the last round had -- the writers it woke are on their way with
 their next record -- or for at most :data:`GATHER_WAIT` seconds (then the next round expects
-no more than came).
+no more than came). The writer that completes the count leads the round in its place, and the
+waiting leader becomes a parked writer of that round: no one wakes it before the round ends,
+so a round starts without a wake-up. A leader interrupted while it waits gives the lead up.
 
 Lock order: the partition lock -> ``sync_lock``. ``_mutex`` guards the hand-off state only and
 is never held while taking either of them, nor while blocking.
@@ -89,7 +91,7 @@ class GroupCommit:
         self._leading = False
         self._parked: list[Queued] = []  # writers waiting for a round, in arrival order
         self._chain: list[Queued] = []  # covered writers not woken yet, woken one by one
-        self._gatherer: Any = None  # a new leader's lock while it waits for writers
+        self._gatherer: Queued | None = None  # a new leader while it waits for writers
         self._expected = 1  # writers the last round covered
         self.durable_end = 0
         self.written = 0
@@ -179,27 +181,38 @@ class GroupCommit:
         return self.durable_end > offset
 
     def _join(self, mine: Queued) -> bool:
-        """Lead (False) or park until a round covered ``mine`` (True) or it is to lead."""
-        mutex = self._mutex
-        with mutex:
+        """Lead (False) or park until a round covered ``mine`` (True) or it is to lead. The
+        writer that completes a gathering leader's count leads in its place (False): the
+        gatherer, woken by no one, is parked as the first of the round's writers."""
+        with self._mutex:
             if not self._leading:
                 self._leading = True
                 return False
-            mine.wake = lock = _parked()
-            self._parked.append(mine)
             gatherer = self._gatherer
-            if gatherer is not None and len(self._parked) + 1 >= self._expected:
+            if gatherer is not None and len(self._parked) + 2 >= self._expected:
                 self._gatherer = None
-                gatherer.release()
+                self._parked.insert(0, gatherer)
+                return False
+            mine.wake = _parked()
+            self._parked.append(mine)
+        return self._wait(mine)
+
+    def _wait(self, mine: Queued) -> bool:
+        """Block on ``mine.wake`` until a round covered ``mine`` (True) or it is to lead."""
         try:
-            lock.acquire()
+            mine.wake.acquire()
         except BaseException:
             self._left(mine)
             raise
+        return self._woken(mine)
+
+    def _woken(self, mine: Queued) -> bool:
+        """``mine`` was woken: to lead (False), or covered (True: the next covered writer's
+        turn)."""
         if mine.lead:
             return False
-        if self._chain:  # the next covered writer's turn
-            with mutex:
+        if self._chain:
+            with self._mutex:
                 nxt = self._next_in_chain()
             if nxt is not None:
                 nxt.release()
@@ -241,27 +254,53 @@ class GroupCommit:
         if nxt is not None:
             nxt.release()
 
-    def _gather(self) -> None:
-        """A new leader's wait for the writers of the last round (see the module notes)."""
+    def _gather(self, mine: Queued) -> bool:
+        """A new leader's wait for the writers of the last round (see the module notes): False
+        to lead now; True once a round covered ``mine`` (the writer that completed the count
+        took the lead, and ``mine`` waited as a parked writer)."""
         mutex = self._mutex
         with mutex:
             if len(self._parked) + 1 >= self._expected:
-                return
-            self._gatherer = lock = _parked()
-        if lock.acquire(timeout=GATHER_WAIT):
-            return
+                return False
+            self._gatherer = mine
+            mine.wake = lock = _parked()
+        try:
+            woken = lock.acquire(timeout=GATHER_WAIT)
+        except BaseException:
+            self._left_gathering(mine)
+            raise
+        if woken:
+            return self._woken(mine)
         with mutex:
-            if self._gatherer is lock:  # timed out: expect no more than came
+            if self._gatherer is mine:  # timed out: expect no more than came
                 self._gatherer = None
                 self._expected = len(self._parked) + 1
+                return False
+        return self._wait(mine)  # taken over as the wait ended
+
+    def _left_gathering(self, mine: Queued) -> None:
+        """A gathering leader's caller was interrupted: it gives the lead up (its record, in
+        the reserved batch, is written by the next round), or leaves as a parked writer if
+        the lead was taken over."""
+        with self._mutex:
+            gathering = self._gatherer is mine
+            if gathering:
+                self._gatherer = None
+                mine.gone = True
+                nxt = self._next_leader()
+        if not gathering:
+            self._left(mine)
+        elif nxt is not None:
+            nxt.release()
 
     def _lead(self, mine: Queued) -> None:
         """One round: write the reserved batch, fsync, wake the covered and hand the lead on.
         An error of the write or the fsync is raised (the writers it did not cover lead
         again, and meet it themselves)."""
         mine.lead = False
-        if self._expected > 1:
-            self._gather()
+        if self._expected > 1 and self._gather(mine):
+            return
+        mine.lead = False
         with self._mutex:
             parked, self._parked = self._parked, []
         end = -1  # (a round that raised covered no one)
