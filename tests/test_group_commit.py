@@ -307,6 +307,25 @@ def test_a_covered_writer_whose_caller_left_passes_its_turn_on() -> None:
     assert r.gc.parked == 0 and r.gc._chain == [] and not r.gc._leading
 
 
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt_while(call: Callable[[], object]) -> None:
+    """Run ``call`` in the main thread until a signal handler interrupts it (after 0.2 s)."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(_Interrupted):
+            call()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_an_interrupted_parked_writer_leaves_the_queue() -> None:
     """A writer interrupted while parked (a signal handler raising in the main thread) leaves
     the queue, and the writers behind it are served (its record, already in the reserved
@@ -316,21 +335,7 @@ def test_an_interrupted_parked_writer_leaves_the_queue() -> None:
     out: list[int] = []
     first = r.append(b"first", out)
     assert r.held.wait(WAIT)
-
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        with pytest.raises(Interrupted):
-            r.gc.sync_through(r.add(b"interrupted"))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    _interrupt_while(lambda: r.gc.sync_through(r.add(b"interrupted")))
     assert r.gc.parked == 0
     later = r.append(b"later", out)
     _until(lambda: r.gc.parked >= 1)
@@ -635,21 +640,7 @@ def test_a_leader_interrupted_while_it_gathers_hands_the_lead_on(
     out: list[int] = []
     _round_of(r, 3, out)
     monkeypatch.setattr(group_commit, "GATHER_WAIT", WAIT)
-
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        with pytest.raises(Interrupted):
-            r.gc.sync_through(r.add(b"interrupted"))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    _interrupt_while(lambda: r.gc.sync_through(r.add(b"interrupted")))
     monkeypatch.setattr(group_commit, "GATHER_WAIT", 0.001)
     later = r.append(b"later", out)
     later.join(WAIT)
