@@ -311,14 +311,15 @@ class _Interrupted(Exception):
     pass
 
 
-def _interrupt_while(call: Callable[[], object]) -> None:
-    """Run ``call`` in the main thread until a signal handler interrupts it (after 0.2 s)."""
+def _interrupt_while(call: Callable[[], object], after: float = 0.2) -> None:
+    """Run ``call`` in the main thread until a signal handler interrupts it: ``after`` seconds,
+    or (0) once another thread sends it SIGALRM."""
     def interrupt(signum: int, frame: object) -> None:
         raise _Interrupted
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        signal.setitimer(signal.ITIMER_REAL, after)
         with pytest.raises(_Interrupted):
             call()
     finally:
@@ -647,3 +648,55 @@ def test_a_leader_interrupted_while_it_gathers_hands_the_lead_on(
     assert not later.is_alive()
     assert r.log[-2:] == [b"interrupted", b"later"] and r.gc.durable_end == len(r.log)
     assert r.gc.parked == 0 and not r.gc._leading and r.gc._gatherer is None
+
+
+def test_a_writer_interrupted_in_a_round_that_fails_is_not_given_the_lead() -> None:
+    """A writer interrupted while the round that took it is in flight, a round that then
+    fails: the writer is gone, so the lead goes to the next writer that is still there."""
+    r = _Rounds()
+    started = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+
+    def flush() -> None:
+        n = len(r.fsyncs)
+        r.fsyncs.append(len(r.log))
+        if n < 2:
+            started[n].set()
+            assert release[n].wait(WAIT)
+            if n == 1:
+                raise OSError("the round's fsync failed (injected)")
+
+    r.gc._flush = flush
+    out: list[int] = []
+    first = r.append(b"first", out)
+    assert started[0].wait(WAIT)
+    failed: list[BaseException] = []
+
+    def second_leader() -> None:
+        try:
+            r.gc.sync_through(r.add(b"second"))
+        except OSError as exc:
+            failed.append(exc)
+
+    leader = threading.Thread(target=second_leader)
+    leader.start()
+    _until(lambda: r.gc.parked >= 1)
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def interrupt_in_round() -> None:
+        _until(lambda: r.gc.parked >= 2)
+        release[0].set()  # the first round ends; the second (both writers) starts, held
+        assert started[1].wait(WAIT)
+        signal.pthread_kill(main, signal.SIGALRM)
+
+    helper = threading.Thread(target=interrupt_in_round)
+    helper.start()
+    _interrupt_while(lambda: r.gc.sync_through(r.add(b"interrupted")), after=0)
+    release[1].set()
+    later = r.append(b"later", out)
+    for t in (first, leader, helper, later):
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert len(failed) == 1 and r.gc.durable_end == len(r.log)
+    assert r.gc.parked == 0 and not r.gc._leading

@@ -332,7 +332,9 @@ class GroupCommit:
         with self._mutex:
             self._expected = len(parked) + 1
             uncovered = []
-            for entry in parked:  # the writers it did not cover stay parked
+            for entry in parked:  # the writers it did not cover stay parked (not one gone)
+                if entry.gone:
+                    continue
                 if entry.offset >= end:
                     uncovered.append(entry)
                 else:
