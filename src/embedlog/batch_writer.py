@@ -327,7 +327,8 @@ class OpenBatch:
                 error = exc
             except BaseException as exc:  # cut short (an interrupt): reported, and raised on
                 self.on_close(self, StorageError(
-                    f"{self.topic}-{self.index}: a batch was not written ({exc!r})"))
+                    f"{self.topic}-{self.index}: the write of a batch was cut short ({exc!r}); "
+                    "its records may not be stored"))
                 raise
         self.on_close(self, error)
 

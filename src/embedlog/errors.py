@@ -10,7 +10,9 @@ Two branches, so callers can tell misuse from damage:
 :class:`StorageError` wraps an operating-system failure (EIO, ENOSPC, a failed fsync); after one
 the log refuses further writes until it is reopened (:class:`LogPoisonedError`, also a
 :class:`StorageError`), because Linux may already have dropped the dirty pages that a retried
-fsync would claim to have written.
+fsync would claim to have written. A write cut short by an interrupt (``KeyboardInterrupt``
+between the write and the bookkeeping of what it wrote) does the same: reopening recovers the
+partition from its files.
 """
 
 from __future__ import annotations
@@ -141,12 +143,28 @@ class TransactionStateError(UsageError):
 
 
 class StorageError(EmbedlogError, OSError):
-    """The operating system failed a file operation (EIO, ENOSPC, failed fsync...)."""
+    """The operating system failed a file operation (EIO, ENOSPC, failed fsync...), or a write
+    was cut short (by an interrupt) so that what it stored is unknown."""
 
 
 class LogPoisonedError(StorageError):
-    """An earlier I/O error left the log in an unknown state; close and reopen it. The message
-    names the original error (``errno`` is unset: this call itself did no I/O)."""
+    """An earlier I/O error, or a write cut short by an interrupt, left the log in an unknown
+    state; close and reopen it. The message names the original error (``errno`` is unset: this
+    call itself did no I/O)."""
+
+
+def poisoning(exc: BaseException, where: str) -> StorageError | None:
+    """What a mutation of ``where`` that raised ``exc`` poisons it with: a
+    :class:`StorageError` itself; None for embedlog's own refusals (raised before any change);
+    anything else (an interrupt: ``KeyboardInterrupt`` from a signal handler lands between any
+    two bytecodes, so between a write and the bookkeeping of what it wrote) as a
+    :class:`StorageError` naming it, since the files may no longer match what is known of
+    them."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, EmbedlogError):
+        return None
+    return StorageError(f"{where}: a write was cut short ({exc!r})")
 
 
 class CorruptionError(EmbedlogError):

@@ -46,6 +46,7 @@ from .errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
+    poisoning,
 )
 from .group_commit import GroupCommit
 from .manifest import write_manifest
@@ -193,21 +194,25 @@ class Partition:
 
     @contextlib.contextmanager
     def poison_on_error(self) -> Iterator[None]:
-        """Run a mutation: an I/O error inside it leaves the files in an unknown state, so it
-        poisons the partition (appends refused until the log is reopened and recovered)."""
+        """Run a mutation: an error inside it but embedlog's own refusals (raised before any
+        change) poisons the partition (appends refused until the log is reopened and
+        recovered): see :func:`~embedlog.errors.poisoning`."""
         try:
             yield
-        except StorageError as exc:
-            if self.poisoned is None:
-                self.poisoned = exc
+        except BaseException as exc:
+            self._poison(exc)
             raise
+
+    def _poison(self, exc: BaseException) -> None:
+        if self.poisoned is None:
+            self.poisoned = poisoning(exc, f"{self.topic}-{self.partition}")
 
     def check_writable(self) -> None:
         if self.refusal is not None:
             raise self.refusal()
         if self.poisoned is not None:
             raise LogPoisonedError(
-                f"an earlier I/O error ({self.poisoned}) left {self.directory} in an unknown "
+                f"an earlier failed write ({self.poisoned}) left {self.directory} in an unknown "
                 "state; close and reopen the log to recover it"
             )
 
@@ -258,8 +263,7 @@ class Partition:
         return header
 
     def _write_round(self) -> tuple[int, int]:
-        """A group-commit round's write: the reserved batch; returns the end offset and the
-        append count."""
+        """A group-commit round's write (the reserved batch): the end offset, the append count."""
         with self.lock:
             self.check_writable()
             if self._reserved is not None:
@@ -291,19 +295,19 @@ class Partition:
 
     def _append(self, batch: bytearray, header: fmt.BatchHeader) -> int:
         """Roll if due and append (caller holds ``lock``); returns the append's count."""
-        try:
+        try:  # (poison_on_error, without a generator on the hot path)
             if self.active.should_roll(len(batch), header.last_offset, header.max_timestamp,
                                        self.config.roll_ms, self.config.segment_bytes):
                 self._roll(header.base_offset)
             aborted = (self.producer_states().abort_entry(header, batch)
                        if header.is_control and header.producer_id >= 0 else None)
             self.active.append(batch, header, aborted)
-        except StorageError as exc:
-            self.poisoned = exc
+            self._commit.written += 1
+            if header.producer_id >= 0:
+                self.producer_states().update(header, batch, now=self.clock())
+        except BaseException as exc:
+            self._poison(exc)
             raise
-        self._commit.written += 1
-        if header.producer_id >= 0:
-            self.producer_states().update(header, batch, now=self.clock())
         self.appended.notify_all()
         return self._commit.written
 

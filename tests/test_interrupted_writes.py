@@ -1,0 +1,83 @@
+"""A write cut short by an exception that is not an I/O error (an interrupt: ``KeyboardInterrupt``
+raised by a signal handler lands between any two bytecodes of the thread that writes): the
+partition's state may no longer match its files, so it refuses further appends until the log
+is reopened, and the reopened log holds every acknowledged record, in order."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import embedlog
+from embedlog import _io
+from embedlog.segment.segment import Segment
+
+
+class Interrupt(BaseException):
+    """What a signal handler raises (not an ``Exception``, like ``KeyboardInterrupt``)."""
+
+
+def _after_the_write(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Arm: the next batch written to a ``.log`` file is written whole, then interrupted."""
+    armed = [False]
+    pwrite = _io.pwrite
+
+    def cut(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        pwrite(fd, data, offset)
+        if armed[0] and len(data) > 61:  # a batch (an index entry is 8 or 12 bytes)
+            armed[0] = False
+            raise Interrupt
+
+    monkeypatch.setattr(_io, "pwrite", cut)
+    return lambda: armed.__setitem__(0, True)
+
+
+def _before_the_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Arm: the next batch appended is written and counted in the segment's size, then
+    interrupted before its index entries and its end offset are recorded."""
+    armed = [False]
+    index_batch = Segment._index_batch
+
+    def cut(self: Segment, *args: object) -> None:
+        if armed[0]:
+            armed[0] = False
+            raise Interrupt
+        index_batch(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Segment, "_index_batch", cut)
+    return lambda: armed.__setitem__(0, True)
+
+
+ARMS = {"after the write": _after_the_write, "before the index": _before_the_index}
+
+
+@pytest.fixture(params=["none", "fsync"])
+def durability(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield request.param
+
+
+@pytest.mark.parametrize("where", list(ARMS))
+def test_an_append_cut_short_refuses_later_appends_until_reopened(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, where: str,
+        durability: str) -> None:
+    arm = ARMS[where](monkeypatch)
+    acked: list[tuple[int, bytes]] = []
+    with embedlog.open(log_dir, durability=durability) as log:  # type: ignore[arg-type]
+        log.create_topic("t")
+        for i in range(3):
+            acked.append((log.append("t", b"v%d" % i).offset, b"v%d" % i))
+        arm()
+        with pytest.raises(Interrupt):
+            log.append("t", b"cut")
+        with pytest.raises(embedlog.LogPoisonedError):
+            log.append("t", b"after")
+        with pytest.raises(embedlog.LogPoisonedError):
+            log.append_batch("t", [b"a", b"b"])
+    with embedlog.open(log_dir) as log:
+        stored = [(r.offset, r.value) for r in log.read("t", 0)]
+        assert stored[:3] == acked  # every acknowledged record, in order
+        assert stored[3:] in ([], [(3, b"cut")])  # the cut record: stored whole or not at all
+        assert log.append("t", b"later").offset == len(stored)
+        assert [r.value for r in log.read("t", 0, len(stored))] == [b"later"]
