@@ -700,3 +700,35 @@ def test_a_writer_interrupted_in_a_round_that_fails_is_not_given_the_lead() -> N
         assert not t.is_alive()
     assert len(failed) == 1 and r.gc.durable_end == len(r.log)
     assert r.gc.parked == 0 and not r.gc._leading
+
+
+def test_an_append_whose_batch_vanished_unreported_is_not_acknowledged(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch dropped without an error reaching its writers (an interrupt landing between
+    the release of its reservation and its write): once a later batch took its offsets and a
+    round covered them, its writer still fails rather than being acknowledged at an offset
+    that holds another record."""
+    write = batch_writer.OpenBatch.write
+
+    def vanish(self: batch_writer.OpenBatch) -> None:
+        if self.values == [b"vanishes"]:
+            with self.lock:
+                self.values, self.keys, self.timestamps, self.open = [], [], [], False
+            return
+        write(self)
+
+    monkeypatch.setattr(batch_writer.OpenBatch, "write", vanish)
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        covered = Partition.sync_through
+
+        def taken_again(self: Partition, offset: int) -> bool:
+            covered(self, offset)
+            if self.end_offset <= offset:  # the next batch takes the offset, and is synced
+                log.append("t", b"took its offset", partition=0)
+            return covered(self, offset)
+
+        monkeypatch.setattr(Partition, "sync_through", taken_again)
+        with pytest.raises(embedlog.StorageError, match="offset 0 was not written"):
+            log.append("t", b"vanishes")
+        assert [r.value for r in log.read("t", 0)] == [b"took its offset"]

@@ -312,24 +312,24 @@ class OpenBatch:
         released). Errors go to ``on_close`` rather than into whoever triggered the write; a
         write cut short by anything else (an interrupt) is reported as a
         :class:`~embedlog.errors.StorageError` and raised."""
-        with self.lock:
-            values, keys, timestamps = self.values, self.keys, self.timestamps
-            headers = self.headers
-            self.values, self.keys, self.timestamps, self.headers = [], [], [], None
-            self.open = False
         error: BaseException | None = None
-        if values:
-            try:
+        try:  # (from the first line: an interrupt anywhere still reports the batch)
+            with self.lock:
+                values, keys, timestamps = self.values, self.keys, self.timestamps
+                headers = self.headers
+                self.values, self.keys, self.timestamps, self.headers = [], [], [], None
+                self.open = False
+            if values:
                 write_records(self.p, values, keys, headers, timestamps, codec=self.codec,
                               append_time=self.append_time,
                               stamp=self.stamp, expect_base=self.base)
-            except (EmbedlogError, ValueError, TypeError) as exc:
-                error = exc
-            except BaseException as exc:  # cut short (an interrupt): reported, and raised on
-                self.on_close(self, StorageError(
-                    f"{self.topic}-{self.index}: the write of a batch was cut short ({exc!r}); "
-                    "its records may not be stored"))
-                raise
+        except (EmbedlogError, ValueError, TypeError) as exc:
+            error = exc
+        except BaseException as exc:  # cut short (an interrupt): reported, and raised on
+            self.on_close(self, StorageError(
+                f"{self.topic}-{self.index}: the write of a batch was cut short ({exc!r}); "
+                "its records may not be stored"))
+            raise
         self.on_close(self, error)
 
     # -------------------------------------------------------------- the owner's side

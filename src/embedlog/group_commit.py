@@ -60,9 +60,9 @@ def _parked() -> Any:
 
 class Queued:
     """One writer of a round: its record is at ``offset`` in the reserved batch. ``done`` once
-    its round's fsync ended (or failed); ``lead``: woken to lead the next round; ``gone``: its
-    caller was interrupted while parked (its turn in a chain passes on); ``wake``: the lock it
-    parks on."""
+    its round's fsync ended (or failed); ``lead``: it holds the lead (from when it is given it
+    until its round hands it on); ``gone``: its caller was interrupted (a turn it is given
+    passes on); ``wake``: the lock it parks on."""
 
     __slots__ = ("done", "gone", "lead", "offset", "wake")
 
@@ -175,9 +175,13 @@ class GroupCommit:
         if self.durable_end > offset:
             return True
         mine = Queued(offset)
-        if self._join(mine):
-            return True
-        self._lead(mine)
+        try:
+            if self._join(mine):
+                return True
+            self._lead(mine)
+        except BaseException:  # (an interrupt may land between any two bytecodes)
+            self._abandon(mine)
+            raise
         return self.durable_end > offset
 
     def _join(self, mine: Queued) -> bool:
@@ -186,24 +190,17 @@ class GroupCommit:
         gatherer, woken by no one, is parked as the first of the round's writers."""
         with self._mutex:
             if not self._leading:
-                self._leading = True
+                self._leading = mine.lead = True
                 return False
             gatherer = self._gatherer
             if gatherer is not None and len(self._parked) + 2 >= self._expected:
                 self._gatherer = None
+                gatherer.lead, mine.lead = False, True
                 self._parked.insert(0, gatherer)
                 return False
             mine.wake = _parked()
             self._parked.append(mine)
-        return self._wait(mine)
-
-    def _wait(self, mine: Queued) -> bool:
-        """Block on ``mine.wake`` until a round covered ``mine`` (True) or it is to lead."""
-        try:
-            mine.wake.acquire()
-        except BaseException:
-            self._left(mine)
-            raise
+        mine.wake.acquire()
         return self._woken(mine)
 
     def _woken(self, mine: Queued) -> bool:
@@ -237,17 +234,21 @@ class GroupCommit:
         self._leading = False
         return None
 
-    def _left(self, mine: Queued) -> None:
-        """A parked writer's caller was interrupted: it leaves the queue if no round took it
-        yet, and passes on a turn it was given (to lead, or to wake the next covered)."""
+    def _abandon(self, mine: Queued) -> None:
+        """A writer's caller was interrupted: it leaves the queue if no round took it yet, and
+        passes on a turn it holds (the lead, or waking the next covered writer: a second wake
+        of a covered writer is harmless)."""
         with self._mutex:
             mine.gone = True
+            if self._gatherer is mine:
+                self._gatherer = None
             if mine in self._parked:
                 self._parked.remove(mine)
             if mine in self._chain:
                 self._chain.remove(mine)
                 nxt = None
             elif mine.lead:
+                mine.lead = False
                 nxt = self._next_leader()
             else:
                 nxt = self._next_in_chain() if mine.done else None
@@ -264,47 +265,26 @@ class GroupCommit:
                 return False
             self._gatherer = mine
             mine.wake = lock = _parked()
-        try:
-            woken = lock.acquire(timeout=GATHER_WAIT)
-        except BaseException:
-            self._left_gathering(mine)
-            raise
-        if woken:
-            return self._woken(mine)
-        with mutex:
-            if self._gatherer is mine:  # timed out: expect no more than came
-                self._gatherer = None
-                self._expected = len(self._parked) + 1
-                return False
-        return self._wait(mine)  # taken over as the wait ended
-
-    def _left_gathering(self, mine: Queued) -> None:
-        """A gathering leader's caller was interrupted: it gives the lead up (its record, in
-        the reserved batch, is written by the next round), or leaves as a parked writer if
-        the lead was taken over."""
-        with self._mutex:
-            gathering = self._gatherer is mine
-            if gathering:
-                self._gatherer = None
-                mine.gone = True
-                nxt = self._next_leader()
-        if not gathering:
-            self._left(mine)
-        elif nxt is not None:
-            nxt.release()
+        if not lock.acquire(timeout=GATHER_WAIT):
+            with mutex:
+                if self._gatherer is mine:  # timed out: expect no more than came
+                    self._gatherer = None
+                    self._expected = len(self._parked) + 1
+                    return False
+            lock.acquire()  # taken over as the wait ended
+        return self._woken(mine)
 
     def _lead(self, mine: Queued) -> None:
         """One round: write the reserved batch, fsync, wake the covered and hand the lead on.
         An error of the write or the fsync is raised (the writers it did not cover lead
         again, and meet it themselves)."""
-        mine.lead = False
         if self._expected > 1 and self._gather(mine):
             return
-        mine.lead = False
-        with self._mutex:
-            parked, self._parked = self._parked, []
+        parked: list[Queued] = []
         end = -1  # (a round that raised covered no one)
         try:
+            with self._mutex:
+                parked, self._parked = self._parked, []
             written_end, seq = self._write_round()
             self._sync_round(seq)
             end = written_end
@@ -325,11 +305,12 @@ class GroupCommit:
             self._sync_wake(ended=False)
 
     def _finish(self, mine: Queued, parked: list[Queued], end: int) -> None:
-        """Wake the next leader and start the chain of the covered writers."""
-        if end > self.durable_end:
-            self.durable_end = end
-        mine.done = True
+        """Wake the next leader and start the chain of the covered writers (all under the
+        mutex, so that an interrupt cannot land between handing the turns on and waking)."""
         with self._mutex:
+            if end > self.durable_end:
+                self.durable_end = end
+            mine.lead = False
             self._expected = len(parked) + 1
             uncovered = []
             for entry in parked:  # the writers it did not cover stay parked (not one gone)
@@ -343,8 +324,8 @@ class GroupCommit:
             self._parked[:0] = uncovered
             leader = self._next_leader()
             first = self._next_in_chain() if self._chain else None
-        if leader is not None:
-            leader.release()
-        if first is not None:
-            first.release()
+            if leader is not None:
+                leader.release()
+            if first is not None:
+                first.release()
 

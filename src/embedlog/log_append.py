@@ -50,17 +50,22 @@ _new = tuple.__new__
 
 
 class Ticket:
-    """The outcome of one open batch: ``error`` once its write failed."""
+    """The outcome of one open batch: ``error`` once its write failed, ``written`` once it was
+    written (a writer is acknowledged only then: a batch dropped by an interrupt that left no
+    error behind has neither, and its offsets may be given to the next batch)."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "written")
 
     def __init__(self) -> None:
         self.error: BaseException | None = None
+        self.written = False
 
 
 def _closed(batch: OpenBatch, error: BaseException | None) -> None:
-    """``on_close`` of an :class:`_AppendBatch`: its ticket takes the write's error."""
-    if error is not None:
+    """``on_close`` of an :class:`_AppendBatch`: its ticket takes the write's outcome."""
+    if error is None:
+        batch.ticket.written = True  # type: ignore[attr-defined]
+    else:
         batch.ticket.error = error  # type: ignore[attr-defined]
 
 
@@ -110,29 +115,25 @@ class Appender:
         size = RECORD_OVERHEAD + (0 if value is None else len(value)) + (
             0 if key is None else len(key)) + (headers_size(headers) if headers else 0)
         batch = self._batch(p)
-        lock = batch.lock
-        lock.acquire()
-        while not batch.open:
-            lock.release()
+        while True:
+            with batch.lock:  # (not acquire/try: an interrupt could land between the two)
+                if batch.open:
+                    if size > batch.max_record or (key is None and batch.compact):
+                        return None  # (written alone: checked exactly, or refused alone)
+                    n = len(batch.values)
+                    batch.values.append(value)
+                    batch.keys.append(key)
+                    batch.timestamps.append(timestamp)
+                    if headers or batch.headers is not None:
+                        batch.add_headers(n, headers or None)
+                    batch.size += size
+                    offset, ticket = batch.base + n, batch.ticket
+                    full = batch.size >= batch.limit or n >= batch.last
+                    stamp = batch.append_time if batch.log_append else timestamp
+                    break
             if not batch.reserve():  # the log was closed, or the topic deleted
                 p.check_writable()
                 raise LogClosedError(f"{p.topic}-{p.partition} is closed")
-            lock.acquire()
-        try:
-            if size > batch.max_record or (key is None and batch.compact):
-                return None  # (written alone: checked exactly, or refused alone)
-            n = len(batch.values)
-            batch.values.append(value)
-            batch.keys.append(key)
-            batch.timestamps.append(timestamp)
-            if headers or batch.headers is not None:
-                batch.add_headers(n, headers or None)
-            batch.size += size
-            offset, ticket = batch.base + n, batch.ticket
-            full = batch.size >= batch.limit or n >= batch.last
-            stamp = batch.append_time if batch.log_append else timestamp
-        finally:
-            lock.release()
         if full:
             batch.settle()
         try:
@@ -143,7 +144,7 @@ class Appender:
             covered = False
         if ticket.error is not None:
             raise ticket.error
-        if not covered:  # (a failed round raises in its leader; its writers find the error)
+        if not (covered and ticket.written):  # (a failed round raises in its leader)
             raise StorageError(f"{p.topic}-{p.partition}: the record at offset {offset} was "
                                "not written")
         return _new(RecordMetadata, (p.topic, p.partition, offset, stamp))  # type: ignore[no-any-return]
