@@ -194,9 +194,10 @@ class GroupCommit:
                 return False
             gatherer = self._gatherer
             if gatherer is not None and len(self._parked) + 2 >= self._expected:
-                self._gatherer = None
+                if gatherer not in self._parked:  # (an interrupt may have cut a hand-off short)
+                    self._parked.insert(0, gatherer)
                 gatherer.lead, mine.lead = False, True
-                self._parked.insert(0, gatherer)
+                self._gatherer = None
                 return False
             mine.wake = _parked()
             self._parked.append(mine)
@@ -240,7 +241,7 @@ class GroupCommit:
         of a covered writer is harmless)."""
         with self._mutex:
             mine.gone = True
-            if self._gatherer is mine:
+            if self._gatherer is mine or mine.lead:  # (or a hand-off to mine cut short)
                 self._gatherer = None
             if mine in self._parked:
                 self._parked.remove(mine)
@@ -314,7 +315,7 @@ class GroupCommit:
             self._expected = len(parked) + 1
             uncovered = []
             for entry in parked:  # the writers it did not cover stay parked (not one gone)
-                if entry.gone:
+                if entry.gone or entry is mine:  # (mine: a hand-off to it cut short)
                     continue
                 if entry.offset >= end:
                     uncovered.append(entry)
