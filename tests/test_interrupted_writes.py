@@ -6,7 +6,7 @@ is reopened, and the reopened log holds every acknowledged record, in order."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -53,11 +53,7 @@ def _before_the_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 ARMS = {"after the write": _after_the_write, "before the index": _before_the_index}
 
 
-@pytest.fixture(params=["none", "fsync"])
-def durability(request: pytest.FixtureRequest) -> Iterator[str]:
-    yield request.param
-
-
+@pytest.mark.parametrize("durability", ["none", "fsync"])
 @pytest.mark.parametrize("where", list(ARMS))
 def test_an_append_cut_short_refuses_later_appends_until_reopened(
         log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, where: str,

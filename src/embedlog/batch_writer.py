@@ -39,7 +39,7 @@ from typing import Any, Final
 import numpy as np
 
 from .config import TopicConfig
-from .errors import EmbedlogError, RecordTooLargeError, StorageError, UsageError
+from .errors import EmbedlogError, RecordTooLargeError, UsageError, cut_short
 from .partition import Partition
 from .partitioner import partitions_for_keys
 from .producer_state import ProducerStamp
@@ -326,9 +326,7 @@ class OpenBatch:
         except (EmbedlogError, ValueError, TypeError) as exc:
             error = exc
         except BaseException as exc:  # cut short (an interrupt): reported, and raised on
-            self.on_close(self, StorageError(
-                f"{self.topic}-{self.index}: the write of a batch was cut short ({exc!r}); "
-                "its records may not be stored"))
+            self.on_close(self, cut_short(exc, f"{self.topic}-{self.index}"))
             raise
         self.on_close(self, error)
 

@@ -164,7 +164,12 @@ def poisoning(exc: BaseException, where: str) -> StorageError | None:
         return exc
     if isinstance(exc, EmbedlogError):
         return None
-    return StorageError(f"{where}: a write was cut short ({exc!r})")
+    return cut_short(exc, where)
+
+
+def cut_short(exc: BaseException, where: str) -> StorageError:
+    """The error of a write of ``where`` that ``exc`` (an interrupt) cut short."""
+    return StorageError(f"{where}: a write was cut short ({exc!r}); what it stored is unknown")
 
 
 class CorruptionError(EmbedlogError):

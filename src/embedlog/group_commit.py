@@ -60,9 +60,9 @@ def _parked() -> Any:
 
 class Queued:
     """One writer of a round: its record is at ``offset`` in the reserved batch. ``done`` once
-    its round's fsync ended (or failed); ``lead``: it holds the lead (from when it is given it
-    until its round hands it on); ``gone``: its caller was interrupted (a turn it is given
-    passes on); ``wake``: the lock it parks on."""
+    a round covered it (its turn in the chain of covered writers may come); ``lead``: it holds
+    the lead (from when it is given it until its round hands it on); ``gone``: its caller was
+    interrupted (a turn it is given passes on); ``wake``: the lock it parks on."""
 
     __slots__ = ("done", "gone", "lead", "offset", "wake")
 

@@ -330,8 +330,8 @@ class Partition:
             raise LogClosedError(f"{self.topic}-{self.partition} is closed")
         try:
             segments[-1].flush()
-        except StorageError as exc:
-            self.poisoned = exc
+        except StorageError as exc:  # (not an interrupt: the next fsync covers what it did not)
+            self._poison(exc)
             raise
 
     # ------------------------------------------------------------------ rolling / closing
