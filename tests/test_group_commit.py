@@ -7,7 +7,7 @@ from __future__ import annotations
 import pathlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from kafka.record.memory_records import MemoryRecords
@@ -365,17 +365,42 @@ def test_a_new_leader_waits_for_the_last_rounds_writers_only_so_long() -> None:
     assert r.gc._expected == 1 and r.fsyncs == [1, 6, 7]
 
 
+Write = Callable[[embedlog.Log, bytes], embedlog.RecordMetadata]
+
+
+@pytest.fixture(params=["append", "send"])
+def durable_write(request: pytest.FixtureRequest) -> Iterator[Write]:
+    """A durable writer of one record to partition 0 of topic ``t``: ``Log.append``, or a
+    producer's ``send`` (keyed, so that a sender joining an open batch takes the lane)."""
+    producers: dict[int, embedlog.Producer] = {}
+
+    def send(log: embedlog.Log, value: bytes) -> embedlog.RecordMetadata:
+        producer = producers.get(id(log))
+        if producer is None:
+            producer = producers[id(log)] = log.producer(durability="fsync")
+        return producer.send("t", value, key=b"k", partition=0)
+
+    def append(log: embedlog.Log, value: bytes) -> embedlog.RecordMetadata:
+        return log.append("t", value, partition=0)
+
+    yield append if request.param == "append" else send
+    for producer in producers.values():
+        producer.close()
+
+
 def _outcomes_of_a_round(log: embedlog.Log, threads: int,
                          queued: Callable[[], None] = lambda: None,
                          catch: type[BaseException] = embedlog.EmbedlogError,
+                         write: Write | None = None,
                          ) -> dict[int, BaseException | int]:
-    """:func:`_round_behind_held_fsync` of ``append("t", b"v<i>")``: each call's offset or
-    error (of type ``catch``)."""
+    """:func:`_round_behind_held_fsync` of ``write(log, b"v<i>")`` (default: ``append``): each
+    call's offset or error (of type ``catch``)."""
     outcomes: dict[int, BaseException | int] = {}
 
     def append(i: int) -> None:
         try:
-            outcomes[i] = log.append("t", b"v%d" % i).offset
+            value = b"v%d" % i
+            outcomes[i] = (log.append("t", value) if write is None else write(log, value)).offset
         except catch as exc:
             outcomes[i] = exc
 
@@ -383,9 +408,10 @@ def _outcomes_of_a_round(log: embedlog.Log, threads: int,
     return outcomes
 
 
-def test_every_append_of_a_failed_batch_gets_the_batch_error(log_dir: pathlib.Path) -> None:
-    """A shared batch whose write fails: each of its appends raises the write's own error
-    (not a later refusal of the poisoned partition), and none is stored."""
+def test_every_append_of_a_failed_batch_gets_the_batch_error(log_dir: pathlib.Path,
+                                                            durable_write: Write) -> None:
+    """A shared batch whose write fails: each of its appends (or durable sends) raises the
+    write's own error (not a later refusal of the poisoned partition), and none is stored."""
     threads = 4
 
     def fail_next_write() -> None:
@@ -395,7 +421,7 @@ def test_every_append_of_a_failed_batch_gets_the_batch_error(log_dir: pathlib.Pa
 
     with embedlog.open(log_dir, durability="fsync") as log:
         log.create_topic("t")
-        outcomes = _outcomes_of_a_round(log, threads, fail_next_write)
+        outcomes = _outcomes_of_a_round(log, threads, fail_next_write, write=durable_write)
     assert outcomes[0] == 0
     errors = [outcomes[i] for i in range(1, threads)]
     assert all(type(e).__name__ == "Injected" for e in errors), errors
@@ -404,9 +430,10 @@ def test_every_append_of_a_failed_batch_gets_the_batch_error(log_dir: pathlib.Pa
 
 
 def test_a_failed_batch_fails_its_appends_when_its_offsets_are_taken_again(
-        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, durable_write: Write) -> None:
     """A batch refused without harm to the partition (its offsets are given to the next
-    batch): each of its appends raises the refusal; the next append lands on its offsets."""
+    batch): each of its appends (or durable sends) raises the refusal, not the next write;
+    the next append lands on its offsets."""
     threads = 4
     refusal = embedlog.RecordTooLargeError("refused (injected)")
     write = batch_writer.write_records
@@ -419,10 +446,10 @@ def test_a_failed_batch_fails_its_appends_when_its_offsets_are_taken_again(
     monkeypatch.setattr(batch_writer, "write_records", refuse_shared)
     with embedlog.open(log_dir, durability="fsync") as log:
         log.create_topic("t")
-        outcomes = _outcomes_of_a_round(log, threads)
+        outcomes = _outcomes_of_a_round(log, threads, write=durable_write)
         assert outcomes[0] == 0
         assert [outcomes[i] for i in range(1, threads)] == [refusal] * (threads - 1)
-        assert log.append("t", b"after").offset == 1
+        assert durable_write(log, b"after").offset == 1
         assert [r.value for r in log.read("t", 0)] == [b"v0", b"after"]
 
 
@@ -511,7 +538,7 @@ def test_a_shared_batch_of_a_log_append_time_topic_tells_each_append_its_stamp(
 
 
 def test_a_batch_write_cut_short_fails_every_append_of_it(
-        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, durable_write: Write) -> None:
     """A shared batch whose write is cut short by an exception the batch does not report (an
     interrupt): the round's leader raises it, every other append of the batch fails with the
     batch's error (its offsets may be given to the next batch), and nothing of it is stored."""
@@ -529,7 +556,7 @@ def test_a_batch_write_cut_short_fails_every_append_of_it(
     monkeypatch.setattr(batch_writer, "write_records", cut_shared)
     with embedlog.open(log_dir, durability="fsync") as log:
         log.create_topic("t")
-        outcomes = _outcomes_of_a_round(log, threads, catch=Exception)
+        outcomes = _outcomes_of_a_round(log, threads, catch=Exception, write=durable_write)
         assert outcomes[0] == 0
         errors = [outcomes[i] for i in range(1, threads)]
         assert sum(isinstance(e, Cut) for e in errors) == 1  # the leader's
@@ -703,11 +730,11 @@ def test_a_writer_interrupted_in_a_round_that_fails_is_not_given_the_lead() -> N
 
 
 def test_an_append_whose_batch_vanished_unreported_is_not_acknowledged(
-        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch, durable_write: Write) -> None:
     """A batch dropped without an error reaching its writers (an interrupt landing between
     the release of its reservation and its write): once a later batch took its offsets and a
-    round covered them, its writer still fails rather than being acknowledged at an offset
-    that holds another record."""
+    round covered them, its writer (an append, or a durable send) still fails rather than
+    being acknowledged at an offset that holds another record."""
     write = batch_writer.OpenBatch.write
 
     def vanish(self: batch_writer.OpenBatch) -> None:
@@ -730,5 +757,5 @@ def test_an_append_whose_batch_vanished_unreported_is_not_acknowledged(
 
         monkeypatch.setattr(Partition, "sync_through", taken_again)
         with pytest.raises(embedlog.StorageError, match="offset 0 was not written"):
-            log.append("t", b"vanishes")
+            durable_write(log, b"vanishes")
         assert [r.value for r in log.read("t", 0)] == [b"took its offset"]

@@ -31,10 +31,14 @@ stamps = st.one_of(ints, st.none(), st.booleans(), st.just(1.5))
 OPS = st.one_of(
     st.tuples(st.just("attach"), ints, ints),
     st.tuples(st.just("attach_tuple"), ints, ints),
+    st.tuples(st.just("attach_ticket"), ints, ints),
     st.tuples(st.just("arm"), ints, ints, ints, st.booleans(), ints),
     st.tuples(st.just("disarm")),
     st.tuples(st.just("add"), st.sampled_from(["t", "u"]), values, values, stamps),
     st.tuples(st.just("add"), st.just("t"), st.binary(max_size=40), st.binary(max_size=20),
+              st.integers(0, 10**13)),
+    st.tuples(st.just("join"), st.sampled_from(["t", "u"]), values, values, stamps),
+    st.tuples(st.just("join"), st.just("t"), st.binary(max_size=40), st.binary(max_size=20),
               st.integers(0, 10**13)),
     st.tuples(st.just("push"), values, values, stamps, ints),
     st.tuples(st.just("tamper")),
@@ -42,21 +46,30 @@ OPS = st.one_of(
 
 
 class Columns:
-    """One lane with the column lists it is attached to."""
+    """One lane with the column lists it is attached to (``attach_ticket``: and a new ticket,
+    the same object for every lane given the same ops)."""
+
+    tickets: list[object] = []
 
     def __init__(self, lane: Any) -> None:
         self.lane = lane
         self.cols: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        self.attached = 0
 
     def apply(self, op: tuple[Any, ...]) -> object:
         """The op's result, or the type of the exception it raised."""
         name, *args = op
         try:
-            if name in ("attach", "attach_tuple"):
+            if name in ("attach", "attach_tuple", "attach_ticket"):
                 self.cols = ([], [], [])
                 cols: tuple[Any, ...] = self.cols
                 if name == "attach_tuple":
                     cols = (tuple(self.cols[0]), *self.cols[1:])
+                if name == "attach_ticket":
+                    self.attached += 1
+                    while len(self.tickets) < self.attached:
+                        self.tickets.append(object())
+                    args.append(self.tickets[self.attached - 1])
                 return self.lane.attach(*cols, *args)
             if name == "tamper":  # columns of different lengths: every append refuses
                 self.cols[0].append(b"extra")
@@ -108,6 +121,31 @@ def test_lane_add_takes_only_plain_records_that_fit(make: Callable[..., Any]) ->
     lane.attach([], [], [], 0, 61)
     lane.arm(10**6, 100, 10**6, True, 777)
     assert lane.add("u", b"v", b"k", 5) == ("u", 2, 0, 777)  # LogAppendTime: the batch's stamp
+
+
+@pytest.mark.parametrize("make", [producer_lane.PyLane] + ([COMPILED.Lane] if COMPILED else []))
+def test_lane_join_gives_the_ticket_of_the_batch_the_record_joined(
+        make: Callable[..., Any]) -> None:
+    """``join`` is ``add`` with the ticket attached with the columns the record went into: a
+    record of the next opening of the batch gets the next ticket; no ticket: None."""
+    lane = make(RecordMetadata, 1, 32)
+    first, second = object(), object()
+    lane.attach([], [], [], 10, 61, first)
+    assert lane.join("t", b"v", b"k", 5) is None  # not armed
+    lane.arm(10**6, 100, 10**6, False, -1)
+    assert lane.join("t", b"v", b"k", 5) == (("t", 1, 10, 5), first)
+    assert lane.add("t", b"v", b"k", 6) == ("t", 1, 11, 6)
+    joined = lane.join("t", b"w", b"k", 7)
+    assert joined is not None and joined[1] is first and type(joined[0]) is RecordMetadata
+    assert lane.join("t", b"w", None, 7) is None  # declined as add declines it
+    lane.attach([], [], [], 13, 61, second)
+    lane.arm(10**6, 100, 10**6, False, -1)
+    assert lane.join("t", b"v", b"k", 8) == (("t", 1, 13, 8), second)
+    lane.attach([], [], [], 14, 61)
+    lane.arm(10**6, 100, 10**6, False, -1)
+    assert lane.join("t", b"v", b"k", 9) == (("t", 1, 14, 9), None)
+    with pytest.raises(TypeError):
+        lane.attach([], [], [], 14, 61, None, None)
 
 
 # --------------------------------------------------------------------------- the producer

@@ -6,8 +6,10 @@
  * estimated size. While armed, add() appends one plain record (bytes key and value, an int
  * timestamp in [0, 2**63)) that leaves the batch below its byte and record limits, and returns
  * its RecordMetadata; anything else returns None and appends nothing (the caller's slow path
- * decides, and raises the errors). push() appends unconditionally (the slow path, holding the
- * batch's lock, after its own checks).
+ * decides, and raises the errors); join() does the same and returns (metadata, ticket), the
+ * ticket attached with the columns (the batch's outcome, for a writer that waits for it),
+ * taken atomically with the record. push() appends unconditionally (the slow path, holding
+ * the batch's lock, after its own checks).
  *
  * Every method runs without releasing the interpreter lock and calls no Python code, so each
  * is atomic for the other threads: the writer disarms the lane (one call) before it takes the
@@ -24,6 +26,7 @@ typedef struct {
     PyObject *values;     /* attached column lists, or NULL before the first attach */
     PyObject *keys;
     PyObject *timestamps;
+    PyObject *ticket;     /* the opening's ticket (any object; None by default) */
     long long overhead;   /* bytes of record framing counted on top of key and value */
     long long base;
     long long size;
@@ -43,6 +46,7 @@ lane_traverse(Lane *self, visitproc visit, void *arg)
     Py_VISIT(self->values);
     Py_VISIT(self->keys);
     Py_VISIT(self->timestamps);
+    Py_VISIT(self->ticket);
     return 0;
 }
 
@@ -55,6 +59,7 @@ lane_clear(Lane *self)
     Py_CLEAR(self->values);
     Py_CLEAR(self->keys);
     Py_CLEAR(self->timestamps);
+    Py_CLEAR(self->ticket);
     return 0;
 }
 
@@ -115,8 +120,9 @@ static PyObject *
 lane_attach(Lane *self, PyObject *const *args, Py_ssize_t nargs)
 {
     long long base, size;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "attach(values, keys, timestamps, base, size)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "attach(values, keys, timestamps, base, size, ticket=None)");
         return NULL;
     }
     for (int i = 0; i < 3; i++) {
@@ -138,6 +144,7 @@ lane_attach(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(self->keys, args[1]);
     Py_INCREF(args[2]);
     Py_XSETREF(self->timestamps, args[2]);
+    Py_XSETREF(self->ticket, Py_NewRef(nargs == 6 ? args[5] : Py_None));
     self->base = base;
     self->size = size;
     Py_RETURN_NONE;
@@ -292,6 +299,25 @@ fail:
     return NULL;
 }
 
+/* add(), and the ticket of the batch the record joined: nothing between the two can run
+ * Python code (the pair is allocated first, and add() reads the lane only after its own
+ * allocation), so no other thread can write the batch and attach the next one in between. */
+static PyObject *
+lane_join(Lane *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL)
+        return NULL;
+    PyObject *meta = lane_add(self, args, nargs);
+    if (meta == NULL || meta == Py_None) {
+        Py_DECREF(pair);
+        return meta;
+    }
+    PyTuple_SET_ITEM(pair, 0, meta);
+    PyTuple_SET_ITEM(pair, 1, Py_NewRef(self->ticket != NULL ? self->ticket : Py_None));
+    return pair;
+}
+
 static PyObject *
 lane_get_size(Lane *self, void *Py_UNUSED(closure))
 {
@@ -306,7 +332,8 @@ lane_get_armed(Lane *self, void *Py_UNUSED(closure))
 
 static PyMethodDef lane_methods[] = {
     {"attach", (PyCFunction)(void (*)(void))lane_attach, METH_FASTCALL,
-     "attach(values, keys, timestamps, base, size): the open batch's columns; disarms."},
+     "attach(values, keys, timestamps, base, size, ticket=None): the open batch's columns; "
+     "disarms."},
     {"arm", (PyCFunction)(void (*)(void))lane_arm, METH_FASTCALL,
      "arm(limit, last, max_record, log_append, append_time): let add() append."},
     {"disarm", (PyCFunction)lane_disarm, METH_NOARGS, "disarm(): add() appends nothing."},
@@ -314,6 +341,9 @@ static PyMethodDef lane_methods[] = {
      "push(value, key, timestamp, size) -> index: append one record, unchecked."},
     {"add", (PyCFunction)(void (*)(void))lane_add, METH_FASTCALL,
      "add(topic, value, key, timestamp) -> RecordMetadata | None: a plain record."},
+    {"join", (PyCFunction)(void (*)(void))lane_join, METH_FASTCALL,
+     "join(topic, value, key, timestamp) -> (RecordMetadata, ticket) | None: add(), and the "
+     "ticket of the batch the record joined."},
     {NULL, NULL, 0, NULL},
 };
 

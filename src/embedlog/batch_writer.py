@@ -39,7 +39,7 @@ from typing import Any, Final
 import numpy as np
 
 from .config import TopicConfig
-from .errors import EmbedlogError, RecordTooLargeError, UsageError, cut_short
+from .errors import EmbedlogError, RecordTooLargeError, StorageError, UsageError, cut_short
 from .partition import Partition
 from .partitioner import partitions_for_keys
 from .producer_state import ProducerStamp
@@ -49,7 +49,7 @@ from .segment import format as fmt
 from .segment.codecs import Compression, compression_from_name
 
 __all__ = ["DEFAULT_BATCH_RECORDS", "DEFAULT_BATCH_SIZE", "RECORD_OVERHEAD", "OpenBatch",
-           "check_keys", "choose_codec", "headers_size", "key_required", "spread",
+           "Ticket", "check_keys", "choose_codec", "headers_size", "key_required", "spread",
            "write_records", "write_unchecked"]
 
 DEFAULT_BATCH_SIZE: Final = 256 * 1024
@@ -231,6 +231,20 @@ def spread(keys: Keys, count: int, keyless: int) -> list[tuple[int, list[int]]]:
     ]
 
 
+class Ticket:
+    """The outcome of one opening of an :class:`OpenBatch`: ``error`` once its write failed,
+    ``written`` once it was written. A writer that waits for its record to be durable is
+    acknowledged only when its own batch's ticket is ``written``: a batch dropped by an
+    interrupt that left no error behind has neither, and its offsets may be given to the next
+    batch, which a later round then covers."""
+
+    __slots__ = ("error", "written")
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.written = False
+
+
 class OpenBatch:
     """A writer's open batch for one partition: records whose offsets ``base ..`` are already
     handed out. While ``open`` it holds the partition's tail reservation.
@@ -241,13 +255,16 @@ class OpenBatch:
     opens; ``on_close(batch, error)`` when it was written (an error is the writer's to report:
     to each writer of the batch, or, when the records were already acknowledged one by one,
     on the writer's next call). ``waited``: every writer of the batch waits for the group
-    commit, whose round fsyncs it (:class:`~embedlog.partition.TailBatch`).
+    commit, whose round fsyncs it (:class:`~embedlog.partition.TailBatch`). ``ticket``: this
+    opening's :class:`Ticket` (a new one each time the batch opens, before any writer can see
+    it open; a writer takes it with its record, under ``lock`` or atomically with it through
+    the producer's lane), given the outcome of the write before ``on_close`` runs.
     """
 
     __slots__ = ("append_time", "base", "batch_size", "codec", "compact", "compression", "headers",
                  "index", "keys", "last", "limit", "lock", "log_append", "max_batch_records",
                  "max_bytes", "max_record", "on_close", "on_open", "open", "opened", "p",
-                 "size", "stamp", "timestamps", "topic", "values", "waited")
+                 "size", "stamp", "ticket", "timestamps", "topic", "values", "waited")
 
     def __init__(
         self,
@@ -286,11 +303,13 @@ class OpenBatch:
         self.log_append = False
         self.append_time = -1
         self.max_bytes = self.max_record = p.config.max_message_bytes
+        self.ticket = Ticket()
 
     # -------------------------------------------------------------- the partition's side
 
     def open_at(self, base: int) -> None:
         """Open at ``base`` with the topic's current settings (the partition lock is held)."""
+        self.prepare(base)
         cfg = self.p.config
         with self.lock:
             self.base = base
@@ -306,6 +325,10 @@ class OpenBatch:
             self.opened = time.monotonic()
             self.open = True
         self.on_open(self)
+
+    def prepare(self, base: int) -> None:
+        """Before the batch opens at ``base``: a new :class:`Ticket`."""
+        self.ticket = Ticket()
 
     def write(self) -> None:
         """Encode and append the batch (the partition lock is held, the reservation already
@@ -326,8 +349,13 @@ class OpenBatch:
         except (EmbedlogError, ValueError, TypeError) as exc:
             error = exc
         except BaseException as exc:  # cut short (an interrupt): reported, and raised on
-            self.on_close(self, cut_short(exc, f"{self.topic}-{self.index}"))
+            error = self.ticket.error = cut_short(exc, f"{self.topic}-{self.index}")
+            self.on_close(self, error)
             raise
+        if error is None:  # (the partition lock is held: the batch has not opened again)
+            self.ticket.written = True
+        else:
+            self.ticket.error = error
         self.on_close(self, error)
 
     # -------------------------------------------------------------- the owner's side
@@ -348,9 +376,22 @@ class OpenBatch:
         """Write the batch now, if it is open."""
         self.p.settle(self)
 
-    def sync_through(self, offset: int) -> bool:
-        """Group commit: return once ``offset`` is on disk (False: it was never written)."""
-        return self.p.sync_through(offset)
+    def sync_through(self, offset: int, ticket: Ticket) -> None:
+        """Group commit: return once the record at ``offset``, added to the opening of this
+        batch whose :class:`Ticket` is ``ticket``, is written and on disk. Raises the batch's
+        error, or a :class:`~embedlog.errors.StorageError` when it was not written (even when a
+        later batch took its offsets since and a round covered them)."""
+        try:
+            covered = self.p.sync_through(offset)
+        except EmbedlogError:  # a later round's: the partition refuses after the batch failed
+            if ticket.error is None:
+                raise
+            covered = False
+        if ticket.error is not None:
+            raise ticket.error
+        if not (covered and ticket.written):  # (a failed round raises in its leader)
+            raise StorageError(f"{self.topic}-{self.index}: the record at offset {offset} was "
+                               "not written")
 
     def sync(self) -> None:
         """fsync everything appended to the partition so far."""

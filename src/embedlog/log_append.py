@@ -13,13 +13,16 @@ leader writes them all with one write and one fsync. A writer returns once a rou
 its record, readable and on disk.
 
 **Each writer's own error.** A batch that fails to be written fails every record in it: each
-batch has a :class:`Ticket`, taken by its writers with their records (under the batch's lock)
-and given the error when the write fails, before any later batch of the partition can be
-written (the write holds the partition lock); a write cut short by an interrupt gives it a
-:class:`~embedlog.errors.StorageError` (:meth:`OpenBatch.write
-<embedlog.batch_writer.OpenBatch.write>`). A writer whose ticket has an error raises it, even
-when a later batch took the same offsets. A producer instead keeps a batch's error for its
-next call (without ``fsync`` its records were acknowledged one by one at ``send``).
+opening of a batch has a :class:`~embedlog.batch_writer.Ticket`, taken by its writers with
+their records (under the batch's lock) and given the outcome of the write before any later
+batch of the partition can be written (the write holds the partition lock); a write cut short
+by an interrupt gives it a :class:`~embedlog.errors.StorageError` (:meth:`OpenBatch.write
+<embedlog.batch_writer.OpenBatch.write>`). A writer whose ticket has an error raises it, and
+one whose ticket was not written fails, even when a later batch took the same offsets and a
+round covered them (:meth:`OpenBatch.sync_through
+<embedlog.batch_writer.OpenBatch.sync_through>`). A durable producer's senders do the same;
+without ``fsync`` a producer keeps a batch's error for its next call (its records were
+acknowledged one by one at ``send``).
 
 Records the open batch does not take go the first way, each its own batch followed by an
 fsync of its own: a keyless record for a compacted topic (refused there with its own error),
@@ -40,60 +43,25 @@ from .batch_writer import (
     headers_size,
     write_records,
 )
-from .errors import EmbedlogError, LogClosedError, StorageError
+from .errors import LogClosedError
 from .partition import Partition
 from .records import Header, RecordMetadata
 
-__all__ = ["Appender", "Ticket"]
+__all__ = ["Appender"]
 
 _new = tuple.__new__
 
 
-class Ticket:
-    """The outcome of one open batch: ``error`` once its write failed, ``written`` once it was
-    written (a writer is acknowledged only then: a batch dropped by an interrupt that left no
-    error behind has neither, and its offsets may be given to the next batch)."""
-
-    __slots__ = ("error", "written")
-
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
-        self.written = False
-
-
-def _closed(batch: OpenBatch, error: BaseException | None) -> None:
-    """``on_close`` of an :class:`_AppendBatch`: its ticket takes the write's outcome."""
-    if error is None:
-        batch.ticket.written = True  # type: ignore[attr-defined]
-    else:
-        batch.ticket.error = error  # type: ignore[attr-defined]
-
-
-def _opened(batch: OpenBatch) -> None:
-    """``on_open``: nothing to do (every writer waits for a round; no linger)."""
-
-
-class _AppendBatch(OpenBatch):
-    """A partition's open batch for ``Log.append``: a new :class:`Ticket` each time it opens."""
-
-    __slots__ = ("ticket",)
-
-    def __init__(self, p: Partition) -> None:
-        super().__init__(p, batch_size=DEFAULT_BATCH_SIZE, max_batch_records=DEFAULT_BATCH_RECORDS,
-                         compression=None, stamp=None, on_open=_opened, on_close=_closed,
-                         waited=True)
-        self.ticket = Ticket()
-
-    def open_at(self, base: int) -> None:
-        self.ticket = Ticket()  # (the partition lock is held: no writer sees the batch open)
-        super().open_at(base)
+def _noop(batch: OpenBatch, *args: object) -> None:
+    """``on_open`` and ``on_close``: nothing to do (every writer waits for a round and learns
+    its batch's outcome from its ticket; no linger)."""
 
 
 class Appender:
     """``Log.append``'s writes for one log (see the module notes); thread-safe."""
 
     def __init__(self) -> None:
-        self._batches: dict[Partition, _AppendBatch] = {}
+        self._batches: dict[Partition, OpenBatch] = {}
 
     def append(self, p: Partition, value: bytes | None, key: bytes | None,
                headers: list[Header] | None, timestamp: int) -> RecordMetadata:
@@ -136,23 +104,15 @@ class Appender:
                 raise LogClosedError(f"{p.topic}-{p.partition} is closed")
         if full:
             batch.settle()
-        try:
-            covered = batch.sync_through(offset)
-        except EmbedlogError:  # a later round's: the partition refuses after the batch failed
-            if ticket.error is None:
-                raise
-            covered = False
-        if ticket.error is not None:
-            raise ticket.error
-        if not (covered and ticket.written):  # (a failed round raises in its leader)
-            raise StorageError(f"{p.topic}-{p.partition}: the record at offset {offset} was "
-                               "not written")
+        batch.sync_through(offset, ticket)
         return _new(RecordMetadata, (p.topic, p.partition, offset, stamp))  # type: ignore[no-any-return]
 
-    def _batch(self, p: Partition) -> _AppendBatch:
+    def _batch(self, p: Partition) -> OpenBatch:
         batch = self._batches.get(p)
         if batch is None:
             for gone in [q for q in list(self._batches) if not q.segments]:  # closed ones
                 self._batches.pop(gone, None)
-            batch = self._batches.setdefault(p, _AppendBatch(p))
+            batch = self._batches.setdefault(p, OpenBatch(
+                p, batch_size=DEFAULT_BATCH_SIZE, max_batch_records=DEFAULT_BATCH_RECORDS,
+                compression=None, stamp=None, on_open=_noop, on_close=_noop, waited=True))
         return batch

@@ -36,15 +36,18 @@ embedded API avoids). Reserving the tail costs this: a record becomes readable (
 ``durability="none"``, reaches the page cache) only when its batch is written -- within
 ``linger_ms`` (at least 1 ms, plus the wait for Python's interpreter lock, up to about 5 ms in a
 busy loop) of the batch's first record -- and other writers of the partition write the open
-batch first. :meth:`Producer.flush` makes records visible immediately. A batch that fails to be
-written (an I/O error) was already acknowledged record by record: the error is raised by the
-producer's next call (Kafka reports it through the futures).
+batch first. :meth:`Producer.flush` makes records visible immediately. Without ``fsync``, a
+batch that fails to be written (an I/O error) was already acknowledged record by record: the
+error is raised by the producer's next call (Kafka reports it through the futures).
 
 **Durability** ``"fsync"`` acknowledges a record only once it is on disk: ``send()`` adds its
 record to the open batch and waits for the partition's group commit
 (:meth:`~embedlog.batch_writer.OpenBatch.sync_through`): while one fsync runs, the records of
 every other sender gather in the batch, and the next leader writes them all with one write and
-one fsync. The log's own ``durability`` is a floor.
+one fsync. Each sender takes its batch's :class:`~embedlog.batch_writer.Ticket` with its record
+(through the lane's ``join``, atomically) and is acknowledged only once that batch was
+written; a batch that fails raises its error in each of its senders (not kept for a next
+call). The log's own ``durability`` is a floor.
 
 **Idempotence.** ``idempotent=True`` allocates a producer id (a counter in
 ``<log>/embedlog.producer-ids``: :func:`~embedlog.producer_state.allocate_producer_id`), epoch
@@ -69,7 +72,7 @@ from typing import Any, Final, NoReturn
 
 from . import _fork, _validate
 from ._client_api import Durability, ProducerLog
-from .batch_writer import DEFAULT_BATCH_RECORDS, DEFAULT_BATCH_SIZE, OpenBatch, key_required
+from .batch_writer import DEFAULT_BATCH_RECORDS, DEFAULT_BATCH_SIZE, OpenBatch, Ticket, key_required
 from .batch_writer import RECORD_OVERHEAD as _RECORD_OVERHEAD
 from .batch_writer import headers_size as _headers_size
 from .errors import (
@@ -207,11 +210,17 @@ class Producer:
             if slot is not None:
                 if timestamp is None:
                     now = self._clock()
-                meta = slot.lane.add(topic, value, key, now if timestamp is None else timestamp)
-                if meta is not None:
-                    if self._fsync:  # (a record the lane takes never fills its batch)
-                        self._commit(slot, meta.offset, False)
-                    return meta
+                if self._fsync:  # (a record the lane takes never fills its batch)
+                    joined = slot.lane.join(topic, value, key,
+                                            now if timestamp is None else timestamp)
+                    if joined is not None:
+                        slot.sync_through(joined[0].offset, joined[1])
+                        return joined[0]  # type: ignore[no-any-return]
+                else:
+                    meta = slot.lane.add(topic, value, key,
+                                         now if timestamp is None else timestamp)
+                    if meta is not None:
+                        return meta
         return self._send(topic, value, key, headers, partition, timestamp, now)
 
     def _send(
@@ -247,32 +256,39 @@ class Producer:
             timestamp = self._clock() if now is None else now
         elif timestamp.__class__ is not int or not 0 <= timestamp < _INT64_LIMIT:
             timestamp = _validate.timestamp_ms(timestamp)
-        lock = slot.lock
-        lock.acquire()
-        if not slot.open:
-            self._reopen(slot)  # raises without the lock
-        if self._closing or (key is None and slot.compact):
-            lock.release()
+        refused = False
+        while True:
+            with slot.lock:  # (not acquire/try: an interrupt could land between the two)
+                if slot.open:
+                    refused = self._closing or (key is None and slot.compact)
+                    if refused:
+                        break
+                    lane = slot.lane
+                    if headers is not None or slot.headers is not None:
+                        lane.disarm()  # the headers column must follow every record now
+                        n = lane.push(value, key, timestamp, size)
+                        slot.add_headers(n, headers)
+                    else:
+                        n = lane.push(value, key, timestamp, size)
+                    offset, ticket = slot.base + n, slot.ticket
+                    full = lane.size >= slot.limit or n >= slot.last
+                    if slot.log_append:
+                        timestamp = slot.append_time
+                    break
+            self._reopen(slot)
+        if refused:
             self._refuse(slot)
-        try:
-            lane = slot.lane
-            if headers is not None or slot.headers is not None:
-                lane.disarm()  # the headers column must follow every record from here on
-                n = lane.push(value, key, timestamp, size)
-                slot.add_headers(n, headers)
-            else:
-                n = lane.push(value, key, timestamp, size)
-            offset = slot.base + n
-            full = lane.size >= slot.limit or n >= slot.last
-            if slot.log_append:
-                timestamp = slot.append_time
-        finally:
-            lock.release()
+        return self._sent(slot, offset, timestamp, full, ticket)
+
+    def _sent(self, slot: LaneBatch, offset: int, timestamp: int, full: bool,
+              ticket: Ticket) -> RecordMetadata:
+        """The slow path's record was added at ``offset``: write its batch if it is ``full``,
+        wait for the group commit in ``fsync`` mode; its metadata."""
+        if full:
+            slot.settle()
         if self._fsync:
-            self._commit(slot, offset, full)
-        elif full:
-            self._write_now(slot)
-        return _new(RecordMetadata, (topic, slot.index, offset, timestamp))  # type: ignore[no-any-return]
+            slot.sync_through(offset, ticket)
+        return _new(RecordMetadata, (slot.topic, slot.index, offset, timestamp))  # type: ignore[no-any-return]
 
     def _refuse(self, slot: LaneBatch) -> NoReturn:
         """A send that met ``close()`` (which may have flushed already: add nothing it would not
@@ -340,18 +356,12 @@ class Producer:
         return slot
 
     def _reopen(self, slot: LaneBatch) -> None:
-        """Called holding ``slot.lock`` with the slot closed; returns holding it, open. Raises
-        (without the lock) when the partition cannot take a batch."""
-        while not slot.open:
-            slot.lock.release()
-            if not slot.reserve():  # another producer's batch goes first
-                # the log was closed or the topic deleted
-                self._forget(slot.topic)
-                self.log._partition_of(slot.topic, slot.index)
-                raise UsageError(
-                    f"topic {slot.topic!r} was deleted and created again; send again"
-                )
-            slot.lock.acquire()
+        """Open the slot's batch (no-op if open; another producer's batch goes first). Raises
+        when the partition cannot take a batch: the log was closed or the topic deleted."""
+        if not slot.reserve():
+            self._forget(slot.topic)
+            self.log._partition_of(slot.topic, slot.index)
+            raise UsageError(f"topic {slot.topic!r} was deleted and created again; send again")
 
     def _opened(self, slot: OpenBatch) -> None:
         """A batch opened (under its partition's lock): the linger thread will write it."""
@@ -360,10 +370,11 @@ class Producer:
             self._linger.wake()
 
     def _closed_batch(self, slot: OpenBatch, error: BaseException | None) -> None:
-        """A batch was written (under its partition's lock). Its error is kept for this
-        producer's next call rather than raised into whoever triggered the write."""
+        """A batch was written (under its partition's lock). Without ``fsync`` its error is
+        kept for this producer's next call rather than raised into whoever triggered the write;
+        with ``fsync`` each sender of the batch raises it (its ticket's)."""
         self._open.pop(slot, None)
-        if error is not None:
+        if error is not None and not self._fsync:
             self._error = error
             self._set_trouble(True)
 
@@ -378,25 +389,6 @@ class Producer:
         for key in [k for k in self._slots if k[0] == topic]:
             del self._slots[key]
 
-    def _commit(self, slot: OpenBatch, offset: int, full: bool) -> None:
-        """``durability="fsync"``: return once the record at ``offset`` is on disk, sharing one
-        write and one fsync with every sender whose record joined the batch meanwhile."""
-        if full:
-            slot.settle()
-        covered = slot.sync_through(offset)
-        if not covered:
-            self._check()
-            raise UsageError(f"{slot.topic}-{slot.index}: the record at offset {offset} was "
-                             "not written")
-        if self._trouble:
-            self._check()
-
-    def _write_now(self, slot: OpenBatch) -> None:
-        slot.settle()
-        if self._fsync:
-            if self._trouble:
-                self._check()
-            slot.sync()
 
     # ------------------------------------------------------------------ flush / close
 

@@ -7,8 +7,9 @@ with a *lane*: an object attached to the batch's three column lists (values, key
 **Contract of a lane** (``Lane`` below: the compiled ``embedlog._clane.Lane`` when it is built,
 else :class:`PyLane`; ``EMBEDLOG_PURE=1`` picks the pure one; both behave the same):
 
-* ``attach(values, keys, timestamps, base, size)`` -- the batch's columns (before the batch
-  opens, so a sender that sees it open appends to these lists); disarms.
+* ``attach(values, keys, timestamps, base, size, ticket=None)`` -- the batch's columns (before
+  the batch opens, so a sender that sees it open appends to these lists) and the opening's
+  :class:`~embedlog.batch_writer.Ticket`; disarms.
 * ``arm(limit, last, max_record, log_append, append_time)`` -- the batch opened with these
   limits (bytes at which it is full, index of its last record, largest record, the topic's
   LogAppendTime stamp): ``add`` may append.
@@ -21,6 +22,10 @@ else :class:`PyLane`; ``EMBEDLOG_PURE=1`` picks the pure one; both behave the sa
   :class:`~embedlog.RecordMetadata` ``(topic, partition, base + index, timestamp)`` (the
   append time for a LogAppendTime topic). Anything else: returns ``None``, appends nothing
   (the producer's slow path then checks, raises, or writes the batch).
+* ``join(topic, value, key, timestamp)`` -- ``add``, returning ``(metadata, ticket)``: the
+  ticket of the batch the record joined, taken atomically with it (a durable sender waits
+  for that batch's outcome: by the time ``add`` returned, the batch may have been written
+  and opened again with another ticket); ``None`` when ``add`` would return ``None``.
 * ``push(value, key, timestamp, size) -> index`` -- append unconditionally (the slow path,
   holding the batch's lock, after its checks); ``size`` bytes join the estimate.
 * ``size`` -- the estimated bytes of the batch (header included).
@@ -59,7 +64,8 @@ class Lane(Protocol):
     def armed(self) -> bool: ...
 
     def attach(self, values: list[bytes | None], keys: list[bytes | None],
-               timestamps: list[int], base: int, size: int, /) -> None: ...
+               timestamps: list[int], base: int, size: int, ticket: object = None, /
+               ) -> None: ...
 
     def arm(self, limit: int, last: int, max_record: int, log_append: bool,
             append_time: int, /) -> None: ...
@@ -69,6 +75,9 @@ class Lane(Protocol):
     def add(self, topic: str, value: object, key: object, timestamp: object, /
             ) -> RecordMetadata | None: ...
 
+    def join(self, topic: str, value: object, key: object, timestamp: object, /
+             ) -> tuple[RecordMetadata, Any] | None: ...
+
     def push(self, value: bytes | None, key: bytes | None, timestamp: int, size: int, /
              ) -> int: ...
 
@@ -77,8 +86,8 @@ class PyLane:
     """The pure-Python lane: the reference for the compiled one (see the module notes)."""
 
     __slots__ = ("_append_time", "_armed", "_base", "_keys", "_last", "_limit", "_lock",
-                 "_log_append", "_max_record", "_meta", "_overhead", "_size", "_timestamps",
-                 "_values", "index")
+                 "_log_append", "_max_record", "_meta", "_overhead", "_size", "_ticket",
+                 "_timestamps", "_values", "index")
 
     def __init__(self, meta: type[tuple[Any, ...]], index: int, overhead: int,
                  lock: threading.Lock | None = None) -> None:
@@ -101,6 +110,7 @@ class PyLane:
         self._armed = self._log_append = False
         self._base = self._size = self._limit = self._last = self._max_record = 0
         self._append_time = -1
+        self._ticket: object = None
 
     @property
     def size(self) -> int:
@@ -111,7 +121,8 @@ class PyLane:
         return self._armed
 
     def attach(self, values: list[bytes | None], keys: list[bytes | None],
-               timestamps: list[int], base: int, size: int, /) -> None:
+               timestamps: list[int], base: int, size: int, ticket: object = None, /
+               ) -> None:
         if not all(c.__class__ is list for c in (values, keys, timestamps)):
             raise TypeError("attach: the columns must be lists")
         _int64(base, "base")
@@ -122,6 +133,7 @@ class PyLane:
             self._armed = False
             self._values, self._keys, self._timestamps = values, keys, timestamps
             self._base, self._size = base, size
+            self._ticket = ticket
 
     def arm(self, limit: int, last: int, max_record: int, log_append: bool,
             append_time: int, /) -> None:
@@ -143,6 +155,16 @@ class PyLane:
 
     def add(self, topic: str, value: object, key: object, timestamp: object, /
             ) -> RecordMetadata | None:
+        got = self._take(topic, value, key, timestamp)
+        return None if got is None else got[0]
+
+    def join(self, topic: str, value: object, key: object, timestamp: object, /
+             ) -> tuple[RecordMetadata, Any] | None:
+        return self._take(topic, value, key, timestamp)
+
+    def _take(self, topic: str, value: object, key: object, timestamp: object
+              ) -> tuple[RecordMetadata, Any] | None:
+        """``join`` (see the module notes)."""
         if (not self._armed or value.__class__ is not bytes or key.__class__ is not bytes
                 or timestamp.__class__ is not int
                 or not 0 <= timestamp < _INT64_LIMIT):  # type: ignore[operator]
@@ -166,7 +188,7 @@ class PyLane:
             timestamps.append(timestamp)  # type: ignore[arg-type]
             self._size += record
             stamp = self._append_time if self._log_append else timestamp
-            return _new(self._meta, (topic, self.index, self._base + n, stamp))  # type: ignore[return-value]
+            return _new(self._meta, (topic, self.index, self._base + n, stamp)), self._ticket  # type: ignore[return-value]
         finally:
             lock.release()
 
@@ -226,8 +248,12 @@ class LaneBatch(OpenBatch):
         super().__init__(p, **options)
         self.lane = new_lane(self.index, overhead, self.lock)
 
+    def prepare(self, base: int) -> None:
+        super().prepare(base)
+        self.lane.attach(self.values, self.keys, self.timestamps, base, fmt.HEADER_SIZE,
+                         self.ticket)
+
     def open_at(self, base: int) -> None:
-        self.lane.attach(self.values, self.keys, self.timestamps, base, fmt.HEADER_SIZE)
         super().open_at(base)
         t = self.append_time
         if t.__class__ is int and -_INT64_LIMIT <= t < _INT64_LIMIT:  # else: the slow path
