@@ -4,6 +4,7 @@ covers return without waiting for the next one."""
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import signal
 import threading
@@ -759,3 +760,74 @@ def test_an_append_whose_batch_vanished_unreported_is_not_acknowledged(
         with pytest.raises(embedlog.StorageError, match="offset 0 was not written"):
             durable_write(log, b"vanishes")
         assert [r.value for r in log.read("t", 0)] == [b"took its offset"]
+
+
+class _LossyWake:
+    """``group_commit._parked``'s lock whose ``lost``-th release of a test is dropped: the
+    wake-up an interrupt stops between handing a turn on (under the mutex) and releasing the
+    lock of the writer it was handed to."""
+
+    releases = itertools.count()
+    lost = -1
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        if next(self.releases) != self.lost:
+            self._lock.release()
+
+
+@pytest.fixture
+def lossy_wake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_LossyWake, "releases", itertools.count())
+    monkeypatch.setattr(_LossyWake, "lost", request.param)
+    monkeypatch.setattr(group_commit, "_parked", _LossyWake)
+
+
+@pytest.mark.parametrize("lossy_wake", [0, 1, 2], indirect=True,
+                         ids=["next-leader", "first-covered", "chain"])
+def test_a_wake_up_lost_to_an_interrupt_only_delays_its_writer(lossy_wake: None) -> None:
+    """A round's hand-off whose wake-up of the next leader, of the first writer it covered or
+    of the next one in the chain is lost: that writer finds its turn at its next recheck, and
+    every writer returns, covered."""
+    r = _Rounds()
+    out: list[int] = []
+    _round_of(r, 3, out)
+    assert sorted(out) == [0, 1, 2, 3] and r.gc.durable_end == 4
+    assert next(_LossyWake.releases) > _LossyWake.lost  # the lost release happened
+    assert r.gc.parked == 0 and r.gc._chain == [] and not r.gc._leading
+
+
+@pytest.mark.parametrize("lossy_wake", [0, 1], indirect=True, ids=["covered", "next-to-fsync"])
+def test_a_sync_wake_up_lost_to_an_interrupt_only_delays_its_caller(lossy_wake: None) -> None:
+    """``sync`` callers parked behind an fsync: one covered by it and one it does not cover
+    (the next to fsync); either one's lost wake-up delays it to its next recheck, and both
+    return with their appends synced."""
+    r = _Rounds()
+    r.hold.clear()
+    done: list[int] = []
+
+    def sync(target: int) -> threading.Thread:
+        t = threading.Thread(target=lambda: (r.gc.sync(target), done.append(target)))
+        t.start()
+        return t
+
+    r.gc.written = 1
+    first = sync(1)
+    assert r.held.wait(WAIT)
+    covered = sync(1)  # (first the covered one, then the one the fsync in flight misses)
+    _until(lambda: _waiting(r.gc, 1))
+    r.gc.written = 2
+    later = sync(2)
+    _until(lambda: _waiting(r.gc, 2))
+    r.hold.set()
+    for t in (first, covered, later):
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert sorted(done) == [1, 1, 2] and r.gc.synced == 2 and r.fsyncs == [0, 0]
+    assert next(_LossyWake.releases) > _LossyWake.lost

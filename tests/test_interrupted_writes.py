@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 import embedlog
-from embedlog import _io
+from embedlog import _io, batch_writer, log_append
 from embedlog.segment.segment import Segment
 
 
@@ -77,3 +77,53 @@ def test_an_append_cut_short_refuses_later_appends_until_reopened(
         assert stored[3:] in ([], [(3, b"cut")])  # the cut record: stored whole or not at all
         assert log.append("t", b"later").offset == len(stored)
         assert [r.value for r in log.read("t", 0, len(stored))] == [b"later"]
+
+
+def test_an_interrupt_as_a_batch_opens_leaves_it_reserved(log_dir: pathlib.Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt at the end of a durable append's batch opening (the batch is open): the
+    batch stays the partition's reservation, so the next append joins it and a round writes
+    it, instead of every later append of the partition failing unwritten."""
+    opened: list[object] = []
+
+    def interrupt_first_open(batch: object, *error: object) -> None:
+        if not error and not opened:  # on_open(batch); on_close(batch, error)
+            opened.append(batch)
+            raise Interrupt
+
+    monkeypatch.setattr(log_append, "_noop", interrupt_first_open)
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        with pytest.raises(Interrupt):
+            log.append("t", b"cut")
+        p = log._topic("t").partitions[0]
+        assert p._reserved is opened[0]
+        assert log.append("t", b"next").offset == 0
+        assert log.append("t", b"after").offset == 1
+        assert [r.value for r in log.read("t", 0)] == [b"next", b"after"]
+
+
+def test_an_interrupt_as_a_batch_write_starts_leaves_it_reserved(
+        log_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt as the write of a durable append's batch starts, before it took the
+    batch's records: the batch stays reserved with its record, the next append joins it, and
+    one round writes both."""
+    write = batch_writer.OpenBatch.write
+    calls: list[int] = []
+
+    def interrupted_once(self: batch_writer.OpenBatch) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise Interrupt
+        write(self)
+
+    monkeypatch.setattr(batch_writer.OpenBatch, "write", interrupted_once)
+    with embedlog.open(log_dir, durability="fsync") as log:
+        log.create_topic("t")
+        with pytest.raises(Interrupt):
+            log.append("t", b"cut")
+        p = log._topic("t").partitions[0]
+        assert p._reserved is not None and p.end_offset == 0
+        assert log.append("t", b"next").offset == 1
+        assert [r.value for r in log.read("t", 0)] == [b"cut", b"next"]
+        assert p.poisoned is None

@@ -78,20 +78,16 @@ class HandleCache:
         """``owner`` is about to use its descriptors: it is not released until :meth:`unpin`
         (which makes it the most recently used: a pinned owner is never released, so where
         it stands in the LRU meanwhile does not matter)."""
-        pins, lock = self._pins, self._lock
-        lock.acquire()  # as `with`, at half its cost here (every point read pins and unpins)
-        try:
+        pins = self._pins
+        with self._lock:  # (not acquire/try: an interrupt could land between the two)
             pins[owner] = pins.get(owner, 0) + 1
-        finally:
-            lock.release()
 
     def unpin(self, owner: Owner, held: int | None) -> None:
         """``owner`` is done and now holds ``held`` descriptors; release others over budget.
         ``held=None``: it opened and closed nothing while pinned (it holds the descriptors
         last counted, by whoever opened or closed one)."""
-        pins, lock = self._pins, self._lock
-        lock.acquire()  # as pin
-        try:
+        pins = self._pins
+        with self._lock:  # as pin
             n = pins.pop(owner) - 1
             if n:
                 pins[owner] = n
@@ -104,8 +100,6 @@ class HandleCache:
                 self._lru[owner] = held
             if self._used > self.budget:
                 self._shrink()
-        finally:
-            lock.release()
 
     def forget(self, owner: Owner) -> None:
         """``owner`` closed (or retired) its descriptors: stop counting them."""

@@ -29,6 +29,16 @@ no more than came). The writer that completes the count leads the round in its p
 waiting leader becomes a parked writer of that round: no one wakes it before the round ends,
 so a round starts without a wake-up. A leader interrupted while it waits gives the lead up.
 
+Interrupts (a signal handler's exception lands between any two bytecodes of the main thread):
+a writer interrupted while it holds a turn passes it on (:meth:`GroupCommit._abandon`), and
+every turn is handed on under ``_mutex`` (``lead``, ``done``, taken off a queue) before the
+lock that wakes its holder is released. What an interrupt can still cut short -- a wake-up
+after its turn was handed on, a round's hand-off half done -- a parked writer finds at its
+next recheck (every :data:`RECHECK` seconds): the lead given to it; its record below
+``durable_end``; or a lead held by no one, or by a writer that left (``_leader``), which it
+takes. So an interrupt delays the partition's other durable writers instead of leaving them
+parked for good. ``sync`` takes the fsync role and hands it on inside one ``try``.
+
 Lock order: the partition lock -> ``sync_lock``. ``_mutex`` guards the hand-off state only and
 is never held while taking either of them, nor while blocking.
 """
@@ -41,12 +51,16 @@ from typing import Any
 
 from . import _io
 
-__all__ = ["GATHER_WAIT", "GroupCommit", "Queued"]
+__all__ = ["GATHER_WAIT", "RECHECK", "GroupCommit", "Queued"]
 
 GATHER_WAIT = 0.001
 """Seconds a new leader waits for the writers of the last round to come back before it writes
 what it has (a writer that left does not hold up every later round: the next round expects
 only as many as came)."""
+
+RECHECK = 0.05
+"""Seconds between a parked writer's checks of whether it was given a turn whose wake-up was
+lost (an interrupt between handing the turn on, under the mutex, and releasing its lock)."""
 
 _new_lock = threading.Lock
 
@@ -92,6 +106,7 @@ class GroupCommit:
         self._parked: list[Queued] = []  # writers waiting for a round, in arrival order
         self._chain: list[Queued] = []  # covered writers not woken yet, woken one by one
         self._gatherer: Queued | None = None  # a new leader while it waits for writers
+        self._leader: Queued | None = None  # the writer holding the lead, while _leading
         self._expected = 1  # writers the last round covered
         self.durable_end = 0
         self.written = 0
@@ -109,31 +124,38 @@ class GroupCommit:
         target = self.written if seq is None else seq
         if self.synced >= target or not _io.SAFETY.fsync_before_ack:
             return
-        mutex = self._mutex
-        mutex.acquire()
-        while self._syncing and self.synced < target:  # covered by the fsync in flight, or
-            entry = (target, _parked())  # the first not covered: woken when it ends
-            self._sync_parked.append(entry)
-            mutex.release()
-            try:
-                entry[1].acquire()
-            except BaseException:
-                self._sync_left(entry)
-                raise
-            mutex.acquire()
-        if self.synced >= target:
-            mutex.release()
-            return
-        self._syncing = True
-        mutex.release()
+        syncing = False  # (set with _syncing, under the mutex: the finally hands it on)
         try:
+            while True:
+                with self._mutex:
+                    if self.synced >= target:
+                        return
+                    if not self._syncing:  # no fsync in flight: this caller runs the next
+                        syncing = self._syncing = True
+                        break
+                    entry = (target, _parked())  # covered by the fsync in flight, or the
+                    self._sync_parked.append(entry)  # first not covered: woken when it ends
+                try:
+                    self._sync_wait(entry)
+                except BaseException:
+                    self._sync_left(entry)
+                    raise
             with self.sync_lock:
                 if self.synced < target:
                     upto = self.written
                     self._flush()
                     self.synced = max(self.synced, upto)
         finally:
-            self._sync_wake(ended=True)
+            if syncing:
+                self._sync_wake(ended=True)
+
+    def _sync_wait(self, entry: tuple[int, Any]) -> None:
+        """A parked ``sync`` caller's wait: until woken, or until it finds itself taken off the
+        queue (woken by a caller an interrupt stopped before it released the lock)."""
+        while not entry[1].acquire(timeout=RECHECK):
+            with self._mutex:
+                if entry not in self._sync_parked:
+                    return
 
     def _sync_wake(self, *, ended: bool) -> None:
         """Wake the parked ``sync`` callers the last fsync covered, and the first it did not
@@ -189,20 +211,52 @@ class GroupCommit:
         writer that completes a gathering leader's count leads in its place (False): the
         gatherer, woken by no one, is parked as the first of the round's writers."""
         with self._mutex:
-            if not self._leading:
-                self._leading = mine.lead = True
+            if self._lead_free():
+                self._take_lead(mine)
                 return False
             gatherer = self._gatherer
             if gatherer is not None and len(self._parked) + 2 >= self._expected:
                 if gatherer not in self._parked:  # (an interrupt may have cut a hand-off short)
                     self._parked.insert(0, gatherer)
-                gatherer.lead, mine.lead = False, True
+                gatherer.lead = False
+                self._take_lead(mine)
                 self._gatherer = None
                 return False
             mine.wake = _parked()
             self._parked.append(mine)
-        mine.wake.acquire()
+        self._wait(mine)
         return self._woken(mine)
+
+    def _wait(self, mine: Queued) -> None:
+        """Block until ``mine`` is woken, or until a recheck finds that it holds a turn an
+        interrupt cut off: the lead given to it, its record on disk (``done``, or below
+        ``durable_end``: its turn in the chain may never come), or a lead no one holds (its
+        holder left without handing it on)."""
+        while not mine.wake.acquire(timeout=RECHECK):
+            with self._mutex:
+                if mine.lead:
+                    return
+                covered = mine.done or self.durable_end > mine.offset
+                if covered or self._lead_free():
+                    if mine in self._parked:
+                        self._parked.remove(mine)
+                    if mine in self._chain:
+                        self._chain.remove(mine)
+                    if covered:
+                        mine.done = True
+                    else:
+                        self._take_lead(mine)
+                    return
+
+    def _lead_free(self) -> bool:
+        """No writer holds the lead, or its holder left (caller holds ``_mutex``)."""
+        leader = self._leader
+        return not self._leading or leader is None or leader.gone
+
+    def _take_lead(self, mine: Queued) -> None:
+        """``mine`` holds the lead from now (caller holds ``_mutex``)."""
+        self._leading = mine.lead = True
+        self._leader = mine
 
     def _woken(self, mine: Queued) -> bool:
         """``mine`` was woken: to lead (False), or covered (True: the next covered writer's
@@ -230,9 +284,10 @@ class GroupCommit:
         (caller holds ``_mutex``)."""
         if self._parked:
             nxt = self._parked.pop(0)
-            nxt.lead = True
+            self._take_lead(nxt)
             return nxt.wake
         self._leading = False
+        self._leader = None
         return None
 
     def _abandon(self, mine: Queued) -> None:
@@ -272,7 +327,7 @@ class GroupCommit:
                     self._gatherer = None
                     self._expected = len(self._parked) + 1
                     return False
-            lock.acquire()  # taken over as the wait ended
+            self._wait(mine)  # taken over as the wait ended: a parked writer of that round
         return self._woken(mine)
 
     def _lead(self, mine: Queued) -> None:

@@ -34,7 +34,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 from . import _io, loader, partition_read, producer_state_store
 from .config import TopicConfig
@@ -57,6 +56,7 @@ from .segment import format as fmt
 from .segment.rules import end_offset_of
 from .segment.segment import Segment, SegmentSettings
 from .stable_offset import StableOffset
+from .tail_batch import TailBatch
 from .transactions import AbortedRanges, indexed_aborted
 
 __all__ = ["Partition", "SegmentInfo", "TailBatch", "now_ms"]
@@ -73,20 +73,6 @@ class SegmentInfo:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class TailBatch(Protocol):
-    """Records whose offsets a writer reserved at the partition's tail (:meth:`Partition.reserve`):
-    ``open_at(base)`` when the reservation starts (its first record gets offset ``base``),
-    ``write()`` when it is released (append through ``append_encoded``); both under the lock.
-    ``waited``: its writers wait for the group commit (:meth:`Partition.sync_through`), so its
-    write does not fsync by itself (in ``fsync`` mode an append would, holding the lock)."""
-
-    waited: bool
-
-    def open_at(self, base: int) -> None: ...
-
-    def write(self) -> None: ...
 
 
 class Partition:
@@ -230,8 +216,13 @@ class Partition:
             if not self.segments:
                 return False
             self.check_writable()
-            batch.open_at(self.end_offset)
-            self._reserved = batch
+            self._reserved = batch  # (first: an interrupt in open_at must not leave an open
+            try:  # batch unreserved, its records written by no round)
+                batch.open_at(self.end_offset)
+            except BaseException:
+                if not batch.open:
+                    self._reserved = None
+                raise
             return True
 
     def settle(self, batch: TailBatch | None = None) -> None:
@@ -243,6 +234,10 @@ class Partition:
                 self._waited = reserved.waited
                 try:
                     reserved.write()
+                except BaseException:  # cut short before it took its records: still reserved
+                    if reserved.open and self._reserved is None:
+                        self._reserved = reserved
+                    raise
                 finally:
                     self._waited = False
 

@@ -309,9 +309,7 @@ def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[R
     read stops at); None otherwise, and for anything the scan handles on its own (an offset
     out of range or below the local segments, a segment gone or swapped under a view): the
     read then takes the scan, which answers or raises."""
-    lock = p.lock
-    lock.acquire()  # as `with`, at half its cost here (every point read passes)
-    try:
+    with p.lock:  # (not acquire/try: an interrupt could land between the two)
         bases = p._bases
         i = bisect.bisect_right(bases, start) - 1
         if i < 0 or start < p.start_offset:
@@ -319,8 +317,6 @@ def _remembered(p: Readable, start: int, end: int | None, wanted: int) -> list[R
         known = p.end_offset
         seg = p.segments[i]
         ceiling = bases[i + 1] if i + 1 < len(bases) else None
-    finally:
-        lock.release()
     stop = known if end is None or end > known else end
     if start >= stop or wanted < 1:
         return None

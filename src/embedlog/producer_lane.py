@@ -170,9 +170,7 @@ class PyLane:
                 or not 0 <= timestamp < _INT64_LIMIT):  # type: ignore[operator]
             return None
         record = self._overhead + len(value) + len(key)  # type: ignore[arg-type]
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:  # (not acquire/try: an interrupt could land between the two)
             values = self._values
             if not self._armed or values is None:
                 return None
@@ -189,8 +187,6 @@ class PyLane:
             self._size += record
             stamp = self._append_time if self._log_append else timestamp
             return _new(self._meta, (topic, self.index, self._base + n, stamp)), self._ticket  # type: ignore[return-value]
-        finally:
-            lock.release()
 
     def push(self, value: bytes | None, key: bytes | None, timestamp: int, size: int, /
              ) -> int:

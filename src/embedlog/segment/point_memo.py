@@ -243,9 +243,7 @@ def find_latest(owner: int, offset: int, stop: int, wanted: int,
     that the file still has that identity before it reads (``_ccodec.point_run``), and
     otherwise takes :func:`find` with the file's identity: the entry is then exactly the one
     :func:`find` would give. With ``identity``: :func:`find`."""
-    lock = _lock
-    lock.acquire()  # as `with`, at half its cost here (every point read looks up)
-    try:
+    with _lock:  # (not acquire/try: an interrupt could land between the two)
         if identity is None:
             ordered = _latest.get(owner)
         elif (ordered := _ordered.get(identity)) is not None:
@@ -261,8 +259,6 @@ def find_latest(owner: int, offset: int, stop: int, wanted: int,
         if entry.last < offset:
             return None
         _table.move_to_end(entry)
-    finally:
-        lock.release()
     end = entry.last + 1  # one past the run: the batch's end, wanted records, or stop
     if offset + wanted < end:
         end = offset + wanted

@@ -1,11 +1,12 @@
 """atheris target: the producer's compiled lane (``embedlog._clane.Lane``) against the pure one.
 
-Each input is a program: every step picks an operation (attach fresh columns, arm with
-limits, disarm, add a record, push a record, or lengthen one column behind the lane's back)
+Each input is a program: every step picks an operation (attach fresh columns with or without a
+ticket, arm with limits, disarm, add or join a record, push a record, or lengthen one column
+behind the lane's back)
 and its arguments from the fuzzer's bytes -- byte strings, ``None``, text, bools, ints at and
 beyond the int64 bounds. Both lanes run the same program and must give equal results (the
-same RecordMetadata, or ``None``), raise the same exception types, and leave equal columns,
-sizes and armed flags after every step. Coverage guidance comes from the instrumented pure
+same RecordMetadata and ticket, or ``None``), raise the same exception types, and leave equal
+columns, sizes and armed flags after every step. Coverage guidance comes from the instrumented pure
 lane. Skips (exit 0 at once) when the compiled lane is not built.
 """
 
@@ -23,6 +24,7 @@ try:
 except ImportError:
     _clane = None
 
+TICKETS = (object(), object())
 EDGES = (0, 1, 31, 32, 61, 100, 4096, -1, (1 << 63) - 1, 1 << 63, -(1 << 63), -(1 << 63) - 1)
 
 
@@ -45,8 +47,10 @@ def _stamp(fdp: "atheris.FuzzedDataProvider") -> object:
 
 
 def _step(fdp: "atheris.FuzzedDataProvider") -> tuple[str, tuple[object, ...]]:
-    op = fdp.ConsumeIntInRange(0, 6)
+    op = fdp.ConsumeIntInRange(0, 7)
     if op == 0:
+        if fdp.ConsumeBool():
+            return "attach", (_int(fdp), _int(fdp), TICKETS[fdp.ConsumeIntInRange(0, 1)])
         return "attach", (_int(fdp), _int(fdp))
     if op == 1:
         return "arm", (_int(fdp), _int(fdp), _int(fdp), fdp.ConsumeBool(), _int(fdp))
@@ -56,6 +60,8 @@ def _step(fdp: "atheris.FuzzedDataProvider") -> tuple[str, tuple[object, ...]]:
         return "add", ("t", _item(fdp), _item(fdp), _stamp(fdp))
     if op == 5:
         return "push", (_item(fdp), _item(fdp), _stamp(fdp), _int(fdp))
+    if op == 6:
+        return "join", ("t", _item(fdp), _item(fdp), _stamp(fdp))
     return "tamper", (fdp.ConsumeIntInRange(0, 2),)
 
 
