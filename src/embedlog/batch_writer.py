@@ -255,7 +255,7 @@ class OpenBatch:
     opens; ``on_close(batch, error)`` when it was written (an error is the writer's to report:
     to each writer of the batch, or, when the records were already acknowledged one by one,
     on the writer's next call). ``waited``: every writer of the batch waits for the group
-    commit, whose round fsyncs it (:class:`~embedlog.partition.TailBatch`). ``ticket``: this
+    commit, whose round fsyncs it (:class:`~embedlog.tail_batch.TailBatch`). ``ticket``: this
     opening's :class:`Ticket` (a new one each time the batch opens, before any writer can see
     it open; a writer takes it with its record, under ``lock`` or atomically with it through
     the producer's lane), given the outcome of the write before ``on_close`` runs.

@@ -229,14 +229,14 @@ class GroupCommit:
 
     def _wait(self, mine: Queued) -> None:
         """Block until ``mine`` is woken, or until a recheck finds that it holds a turn an
-        interrupt cut off: the lead given to it, its record on disk (``done``, or below
-        ``durable_end``: its turn in the chain may never come), or a lead no one holds (its
-        holder left without handing it on)."""
+        interrupt cut off: the lead given to it, its record on disk (below ``durable_end``, as
+        for every ``done`` writer: its turn in the chain may never come), or a lead no one
+        holds (its holder left without handing it on)."""
         while not mine.wake.acquire(timeout=RECHECK):
             with self._mutex:
                 if mine.lead:
                     return
-                covered = mine.done or self.durable_end > mine.offset
+                covered = self.durable_end > mine.offset  # (done implies it)
                 if covered or self._lead_free():
                     if mine in self._parked:
                         self._parked.remove(mine)

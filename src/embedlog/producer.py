@@ -208,17 +208,16 @@ class Producer:
             except TypeError:  # an unhashable topic: _slot names the problem
                 slot = None
             if slot is not None:
-                if timestamp is None:
-                    now = self._clock()
+                ts = timestamp
+                if ts is None:
+                    now = ts = self._clock()
                 if self._fsync:  # (a record the lane takes never fills its batch)
-                    joined = slot.lane.join(topic, value, key,
-                                            now if timestamp is None else timestamp)
+                    joined = slot.lane.join(topic, value, key, ts)
                     if joined is not None:
                         slot.sync_through(joined[0].offset, joined[1])
                         return joined[0]  # type: ignore[no-any-return]
                 else:
-                    meta = slot.lane.add(topic, value, key,
-                                         now if timestamp is None else timestamp)
+                    meta = slot.lane.add(topic, value, key, ts)
                     if meta is not None:
                         return meta
         return self._send(topic, value, key, headers, partition, timestamp, now)
@@ -388,7 +387,6 @@ class Producer:
         self._topics.pop(topic, None)
         for key in [k for k in self._slots if k[0] == topic]:
             del self._slots[key]
-
 
     # ------------------------------------------------------------------ flush / close
 
