@@ -155,3 +155,18 @@ def read_committed(log: Any, part: int, topic: str = "out") -> list[bytes]:
         out += [r.value for r in batch]
     c.close()
     return out
+
+
+def descriptors_under(folder: object) -> list[str]:
+    """The files under ``folder`` this process holds open (Linux ``/proc/self/fd``; a deleted
+    file's name ends in `` (deleted)``)."""
+    prefix = os.path.join(os.fspath(folder), "")  # type: ignore[call-overload]
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # (the listing's own descriptor, closed meanwhile)
+            continue
+        if target.startswith(prefix):
+            held.append(target)
+    return sorted(held)

@@ -27,12 +27,12 @@ from embedlog.compaction import CompactionStats
 from embedlog.compaction.columns import decode_batches
 from embedlog.compaction.digest import Digester, padded
 from embedlog.compaction.offset_map import OffsetMap
-from embedlog.loader import reader_view
 from embedlog.log import Log
 from embedlog.manifest import read_manifest
 from embedlog.segment import format as fmt
 from embedlog.segment.codecs import Compression
 from embedlog.segment.segment import SegmentSettings
+from embedlog.view_loader import reader_view
 from helpers import KAFKA_VECTORS
 
 kafka_records = pytest.importorskip("kafka.record.memory_records")

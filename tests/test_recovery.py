@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import embedlog
-from helpers import small_segments, writer_open
+from helpers import descriptors_under, small_segments, writer_open
 
 
 def build(log_dir: pathlib.Path, n: int = 300, **cfg: object) -> list[bytes]:
@@ -135,6 +135,22 @@ def test_a_read_only_view_reports_a_sealed_segment_cut_at_a_batch_boundary(
     sealed.write_bytes(data)
     with embedlog.open(log_dir, read_only=True) as view:
         assert [r.value for r in view.read("t", 0)] == vals
+
+
+def test_reads_that_keep_meeting_a_cut_leave_no_descriptor_open(log_dir: pathlib.Path) -> None:
+    """Every read reaching the cut refreshes the view, opens the segments listed after it and
+    raises: those segments are closed again, so the reads hold no more descriptors than the
+    first did, and the view's close leaves none open."""
+    build(log_dir, 400)
+    _cut_at_a_batch_boundary(sorted((log_dir / "t-0").glob("*.log"))[1])
+    with embedlog.open(log_dir, read_only=True) as view:
+        held = []
+        for _ in range(4):
+            with pytest.raises(embedlog.CorruptionError, match="sealed segment is 109 bytes"):
+                list(view.read("t", 0))
+            held.append(len(descriptors_under(log_dir)))
+        assert held[1:] == held[:1] * 3
+    assert descriptors_under(log_dir) == []
 
 
 def test_a_view_reports_a_cut_in_the_segment_it_saw_active(log_dir: pathlib.Path) -> None:

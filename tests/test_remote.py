@@ -19,6 +19,7 @@ import pytest
 
 import embedlog
 from embedlog import CorruptionError, ReadOnlyError, TopicPartition, UsageError
+from helpers import descriptors_under
 from s3_endpoint import BUCKET, moto_s3, s3fs, upload
 
 pafs = pytest.importorskip("pyarrow.fs", reason="reading a remote log needs pyarrow")
@@ -311,6 +312,7 @@ def test_a_listing_that_lies_about_a_size_is_refused(written: Path, tmp_path: Pa
     finally:
         log.close()
     assert _tree(tmp_path) == before and os.listdir(cache) == []
+    assert descriptors_under(cache) == []  # (the failed reads' segments were closed)
 
 
 def test_segments_are_fetched_on_a_partition_s_first_use(written: Path) -> None:

@@ -79,13 +79,13 @@ def test_a_segment_deleted_between_listing_and_opening_makes_the_view_list_again
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from embedlog import loader
+    from embedlog import view_loader
     from embedlog.errors import StorageError
 
     _write(tmp_path / "log", 60)
     with embedlog.open(tmp_path / "log", read_only=True) as view:
         p = view._partition_of("t", 0)
-        real = loader.adopt
+        real = view_loader.adopt
         calls: list[int] = []
 
         def flaky(*args: object, **kwargs: object) -> object:
@@ -94,7 +94,7 @@ def test_a_segment_deleted_between_listing_and_opening_makes_the_view_list_again
                 raise StorageError(errno.ESTALE, "the segment was deleted or replaced")
             return real(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(loader, "adopt", flaky)
+        monkeypatch.setattr(view_loader, "adopt", flaky)
         partition_read.refresh_view(p)
         assert len(calls) == 3
         assert [r.value for r in view.read("t", 0, 55)] == [b"v%d" % i for i in range(55, 60)]
@@ -102,7 +102,7 @@ def test_a_segment_deleted_between_listing_and_opening_makes_the_view_list_again
         def gone(*args: object, **kwargs: object) -> object:
             raise StorageError(errno.EIO, "an I/O error is not retried")
 
-        monkeypatch.setattr(loader, "adopt", gone)
+        monkeypatch.setattr(view_loader, "adopt", gone)
         with pytest.raises(StorageError):
             partition_read.refresh_view(p)
 
@@ -126,7 +126,7 @@ def _compacted_tail(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[str]]:
 
 def test_a_view_that_listed_a_tail_before_it_was_rolled_and_compacted_reads_it(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from embedlog import loader
+    from embedlog import view_loader
     from embedlog.segment.scan import SegmentSettings
 
     folder, listed = _compacted_tail(tmp_path)
@@ -135,8 +135,9 @@ def test_a_view_that_listed_a_tail_before_it_was_rolled_and_compacted_reads_it(
     offsets = [o for o, _ in kept]
     assert len(kept) == 47 and offsets != list(range(offsets[0], offsets[0] + 47))  # gaps
 
-    monkeypatch.setattr(loader, "check_folder", lambda _: listed)  # the listing before the roll
-    segments, _ = loader.open_view(str(folder), SegmentSettings(dense_tail=True))
+    # the listing before the roll
+    monkeypatch.setattr(view_loader, "check_folder", lambda _: listed)
+    segments, _ = view_loader.open_view(str(folder), SegmentSettings(dense_tail=True))
     assert [s.base_offset for s in segments] == [0] and segments[0].bounds.dense
     headers = [h for _, _, h in segments[0].batches()]
     assert headers[0].base_offset <= offsets[0]
@@ -146,7 +147,7 @@ def test_a_view_that_listed_a_tail_before_it_was_rolled_and_compacted_reads_it(
 
 def test_a_gap_in_a_tail_nothing_was_rolled_past_is_damage(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from embedlog import loader
+    from embedlog import view_loader
     from embedlog.segment.rules import GapError
     from embedlog.segment.scan import SegmentSettings
 
@@ -154,6 +155,6 @@ def test_a_gap_in_a_tail_nothing_was_rolled_past_is_damage(
     for name in os.listdir(folder):  # the rolled segment gone: 0.log is the tail again
         if not name.startswith("0" * 20) and name.endswith((".log", ".index", ".timeindex")):
             (folder / name).unlink()
-    segments, _ = loader.open_view(str(folder), SegmentSettings(dense_tail=True))
+    segments, _ = view_loader.open_view(str(folder), SegmentSettings(dense_tail=True))
     with pytest.raises(GapError, match="without gaps"):
         list(segments[-1].batches())

@@ -15,10 +15,9 @@ The writer (:func:`recover`) follows Kafka's ``LogLoader`` passes:
    of every validated segment is rebuilt from the markers (after a clean close: the active
    segment's, if it has no usable one; :func:`~embedlog.transactions.rebuild_txn_indexes`).
 
-A read-only process never modifies a byte (:func:`open_view`, :func:`adopt`): while the writer
-swaps compacted segments in (``.swap`` files present) it reads what recovery would produce
-(:func:`reader_view`), so it never sees the gap between the old segments' removal and the new
-one's rename.
+A read-only process's view is opened and refreshed by :mod:`embedlog.view_loader`, on this
+module's listing (:func:`check_folder`, :func:`place`). Segments opened for an open that then
+fails are closed again (:func:`opened`, :func:`close_all`): none is left holding descriptors.
 
 This module imports no partition or compaction code; both build on it.
 """
@@ -29,18 +28,17 @@ import contextlib
 import errno
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 from . import _io
-from ._handles import CACHE
 from .errors import (
     CorruptCheckpointError,
     CorruptionError,
     PartitionQuarantinedError,
     StorageError,
 )
-from .manifest import check_sealed, manifest_stamp, read_manifest, view_damage, write_manifest
+from .manifest import check_sealed, read_manifest, write_manifest
 from .naming import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -58,9 +56,9 @@ from .segment.segment import Segment, SegmentSettings
 from .transactions import rebuild_txn_indexes
 
 __all__ = [
-    "INDEX_KINDS", "SEGMENT_KINDS", "adopt", "complete_swaps", "open_view", "place", "quarantine",
-    "quarantine_error", "reader_view", "recover", "recover_or_quarantine", "rename_kind",
-    "roll_forward",
+    "INDEX_KINDS", "SEGMENT_KINDS", "Stamp", "check_folder", "close_all", "complete_swaps",
+    "opened", "place", "quarantine", "quarantine_error", "recover", "recover_or_quarantine",
+    "rename_kind", "roll_forward", "swap_bases",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -69,9 +67,9 @@ SEGMENT_KINDS: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUF
 """The files of one segment, by suffix."""
 INDEX_KINDS: Final = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 """A segment's files besides the ``.log`` (renamed before it in a swap)."""
-_RELIST_ATTEMPTS: Final = 50
 
 Stamp = tuple[int, int, int] | None
+"""A manifest's stamp as a view last checked it (:func:`embedlog.manifest.manifest_stamp`)."""
 
 
 def check_folder(directory: str) -> list[str]:
@@ -90,6 +88,27 @@ def place(segments: list[Segment], settings: SegmentSettings, *, active_tail: bo
     for seg, bounds in zip(segments, bounds_of(segments, dense_tail=dense), strict=True):
         seg.bounds = bounds
     return segments
+
+
+def opened(bases: Iterable[int], segment: Callable[[int], Segment]) -> list[Segment]:
+    """``[segment(b) for b in bases]``; when one of them raises, those already opened are
+    closed again before the error goes on."""
+    segments: list[Segment] = []
+    try:
+        for base in bases:
+            segments.append(segment(base))
+    except BaseException:
+        close_all(segments)
+        raise
+    return segments
+
+
+def close_all(segments: Iterable[Segment]) -> None:
+    """Close ``segments`` that nothing else holds (an open that failed), each whatever the
+    others raise."""
+    for seg in segments:
+        with contextlib.suppress(Exception):
+            seg.close()
 
 
 # ---------------------------------------------------------------------------- the writer
@@ -116,7 +135,7 @@ def recover(
     names = _clean_leftovers(directory, check_folder(directory))
     bases = segment_bases(names)
     sealed = check_sealed(directory, bases, start_offset)
-    segments = [Segment(directory, b, settings, writable=False) for b in bases]
+    segments = opened(bases, lambda b: Segment(directory, b, settings, writable=False))
     try:
         _drop_below_start(directory, segments, start_offset)
         revived = _drop_stray_empty_tail(directory, segments, sealed)
@@ -124,9 +143,7 @@ def recover(
         _recover_segments(directory, settings, segments, sealed, recovery_point, clean)
         _check_end(directory, segments, recovery_point, clean, start_offset, start_from)
     except BaseException:
-        for seg in segments:
-            with contextlib.suppress(Exception):
-                seg.close()
+        close_all(segments)
         raise
     return segments
 
@@ -190,8 +207,8 @@ def quarantine(directory: str, settings: SegmentSettings, damage: CorruptionErro
         bases = [b for b in bases if b < parsed[0] or (present and b == parsed[0])]
     log.error("%s is quarantined (appends refused, reads up to the damage): %s",
               directory, damage)
-    return place([Segment(directory, b, settings, writable=False) for b in bases], settings,
-                 active_tail=bases == listed)
+    segments = opened(bases, lambda b: Segment(directory, b, settings, writable=False))
+    return place(segments, settings, active_tail=bases == listed)
 
 
 class _Named(Protocol):
@@ -349,7 +366,7 @@ def _swap_range(directory: str, base: int) -> tuple[int, int] | None:
         seg.close()
 
 
-def _swap_bases(names: Iterable[str]) -> list[int]:
+def swap_bases(names: Iterable[str]) -> list[int]:
     return sorted(
         p[0]
         for n in names
@@ -363,7 +380,7 @@ def complete_swaps(directory: str, keep_names: list[str], swap_names: list[str])
     rename its files into place and repair the manifest; index ``.swap`` files without a log
     swap are deleted (their log was already renamed, or never was). Returns the names the
     directory then holds, in place of ``keep_names``."""
-    logs = _swap_bases(swap_names)
+    logs = swap_bases(swap_names)
     ranges = [r for b in logs if (r := _swap_range(directory, b)) is not None]
     manifest = read_manifest(directory)
     if manifest:
@@ -388,109 +405,3 @@ def complete_swaps(directory: str, keep_names: list[str], swap_names: list[str])
     return [n for n in keep_names if n in present] + sorted(
         n for n in present - set(keep_names) if not n.endswith(SWAP_SUFFIX)
     )
-
-
-# ---------------------------------------------------------------------------- read-only views
-
-
-def open_view(directory: str, settings: SegmentSettings) -> tuple[list[Segment], Stamp]:
-    """A read-only process's open: the segments, and the manifest stamp they were checked
-    against (None until the first :func:`adopt`; a swap in progress is adopted at once)."""
-    names = check_folder(directory)
-    bases = segment_bases(names)
-    segments = place([
-        Segment(directory, b, settings, writable=False, live=b == bases[-1]) for b in bases
-    ], settings)
-    if any(n.endswith(SWAP_SUFFIX) for n in names):
-        adopted = adopt(directory, settings, segments, names, None)
-        if adopted is not None:
-            return adopted
-    damage = view_damage(directory, names, segments)
-    if damage is not None:  # only what precedes the damage: the first refresh raises it
-        segments = segments[:damage[0] + 1]
-    return segments, None
-
-
-def adopt(
-    directory: str,
-    settings: SegmentSettings,
-    segments: list[Segment],
-    names: list[str],
-    seen: Stamp,
-) -> tuple[list[Segment], Stamp] | None:
-    """Read-only view: the segments ``names`` (a listing) holds, keeping those of ``segments``
-    still open that still are what their name says; None when nothing changed. ``seen`` is the
-    manifest stamp of the last call: when it moved, open segments are checked again."""
-    bases = segment_bases(names)
-    swapping = any(n.endswith(LOG_SUFFIX + SWAP_SUFFIX) for n in names)
-    stamp = manifest_stamp(directory)
-    recheck = stamp != seen
-    if bases == [s.base_offset for s in segments] and not swapping and not recheck:
-        return None
-    view: dict[int, Segment | None] = dict.fromkeys(bases)
-    if swapping:
-        view = reader_view(directory, settings)
-    old = {s.base_offset: s for s in segments}
-    segs = []
-    for b, opened in view.items():
-        seg = opened or old.get(b)
-        if seg is None or (
-            opened is None and (seg.suffix or (recheck and not seg.is_current()))
-        ):
-            seg = Segment(directory, b, settings, writable=False, live=True)
-        segs.append(seg)
-    # Segments the writer removed or replaced are dropped, not closed: a concurrent
-    # iterator may still be reading them. Their descriptors leave the budget's LRU now unless
-    # in use (a later read reopens by name and meets ESTALE, as after any eviction), so a
-    # closed view holds none of them.
-    kept = {id(s) for s in segs}
-    for seg in segments:
-        if id(seg) not in kept:
-            CACHE.evict(seg)
-    for seg in segs[:-1]:
-        if seg.live:
-            seg.refresh()
-            seg.live = False
-    damage = view_damage(directory, names, segs) if recheck else None
-    if damage is not None:
-        raise damage[1]
-    return place(segs, settings), stamp
-
-
-def reader_view(directory: str, settings: SegmentSettings) -> dict[int, Segment | None]:
-    """What a read-only process should read while a swap may be in progress: ``{base offset:
-    segment}`` where a segment is given (opened on its ``.swap`` files) for each swap and
-    ``None`` stands for the plain ``.log`` of that base. The old segments a swap replaces are
-    left out, as recovery will delete them. The directory is listed again if a swap completes
-    while it is examined."""
-    names: list[str] = []
-    for _ in range(_RELIST_ATTEMPTS):
-        try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            return {}
-        view = _view_of(directory, names, settings)
-        if view is not None:
-            return view
-    return dict.fromkeys(segment_bases(names))
-
-
-def _view_of(
-    directory: str, names: list[str], settings: SegmentSettings
-) -> dict[int, Segment | None] | None:
-    view: dict[int, Segment | None] = {}
-    ranges = []
-    for base in _swap_bases(names):
-        seg = Segment(directory, base, settings, writable=False, suffix=SWAP_SUFFIX)
-        if seg.size == 0 and not os.path.exists(seg.log_path):
-            seg.close()
-            for opened in view.values():
-                if opened is not None:
-                    opened.close()
-            return None
-        view[base] = seg
-        ranges.append((base, max(seg.next_offset, base + 1)))
-    for base in segment_bases(names):
-        if not any(lo <= base < hi for lo, hi in ranges):
-            view[base] = None
-    return dict(sorted(view.items()))

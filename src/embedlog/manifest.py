@@ -154,7 +154,7 @@ def view_damage(directory: str, names: list[str], segments: Sequence[Opened]
     right now is not damage: a swap in progress (the view reads its ``.swap`` files), a listing
     or a manifest that changed meanwhile, a name that now holds another file (the view reads the
     file it holds). The view's next refresh that finds the manifest changed checks again
-    (:func:`embedlog.loader.adopt`)."""
+    (:func:`embedlog.view_loader.adopt`)."""
     if len(segments) < 2 or any(n.endswith(SWAP_SUFFIX) for n in names):
         return None
     stamp = manifest_stamp(directory)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from . import _io, loader, partition_read, producer_state_store
+from . import _io, loader, partition_read, producer_state_store, view_loader
 from .config import TopicConfig
 from .errors import (
     CorruptionError,
@@ -138,7 +138,7 @@ class Partition:
             if self.damage is not None:
                 self.refusal = functools.partial(loader.quarantine_error, self, self.damage)
         else:
-            segs, self._manifest_seen = loader.open_view(self.directory, self.settings)
+            segs, self._manifest_seen = view_loader.open_view(self.directory, self.settings)
         self.segments, self._bases = segs, [s.base_offset for s in segs]
         low = partition_read.local_floor(self) if segs else start_offset
         self.start_offset = max(start_offset, low)

@@ -9,7 +9,7 @@ A read-only partition never writes; the writer of another process keeps appendin
 deleting and swapping compacted segments in under it. So a view:
 
 * refreshes (:func:`refresh_view`): lists the folder again and adopts what changed
-  (:func:`embedlog.loader.adopt`), the active segment's new size, and the writer's persisted
+  (:func:`embedlog.view_loader.adopt`), the active segment's new size, and the writer's persisted
   log start offset;
 * scans so that it survives the writer: a captured segment deleted or replaced before its
   file was (re)opened (the descriptor budget opens files lazily, :mod:`embedlog._handles`) raises
@@ -40,8 +40,9 @@ import time
 from collections.abc import Generator, Iterable, Iterator, Sized
 from typing import Protocol, TypeVar
 
-from . import loader, reader
+from . import reader, view_loader
 from .errors import OffsetOutOfRangeError, StorageError
+from .loader import Stamp
 from .records import Record
 from .segment import _native
 from .segment import format as fmt
@@ -90,7 +91,7 @@ class Readable(Protocol):
     segments: list[Segment]
     start_offset: int
     _bases: list[int]
-    _manifest_seen: loader.Stamp
+    _manifest_seen: Stamp
     tier: RemoteSegments | None
 
     @property
@@ -125,7 +126,7 @@ def _refresh_once(p: Readable, stale_dropped: bool) -> None:
     except FileNotFoundError:
         names = []
     segments = [s for s in p.segments if s.is_current()] if stale_dropped else p.segments
-    adopted = loader.adopt(p.directory, p.settings, segments, names, p._manifest_seen)
+    adopted = view_loader.adopt(p.directory, p.settings, segments, names, p._manifest_seen)
     if adopted is not None:
         p.segments, p._manifest_seen = adopted
         p._bases = [s.base_offset for s in p.segments]
@@ -256,7 +257,7 @@ def decoded(p: Readable, start: int | None, end: int | None, control: bool,
 
 def _capture(p: Readable, start: int | None, end: int | None) -> tuple[int, int, list[Segment]]:
     """``(start, stop, segments)`` of a scan; a view refreshes first unless the range lies below
-    its known end (a view kept short of a damaged segment, :func:`embedlog.loader.open_view`,
+    its known end (a view kept short of a damaged segment, :func:`embedlog.view_loader.open_view`,
     then raises). A view that meets a compaction swap half way
     (:class:`~embedlog.segment.rules.OverlapError`) lists the folder again, up to ``_RESCANS``
     times; a writer's overlap is damage and raises."""

@@ -24,7 +24,7 @@ after a partial cleaning.
 Readers: in-process iterators keep the old segment objects they captured (descriptors survive
 unlink and rename; an old segment never opens an index by a name that now belongs to another
 file: ``Segment.is_current``). A read-only process that lists the directory while a swap is in
-progress applies it the way recovery will (:func:`embedlog.loader.reader_view`), so it never
+progress applies it the way recovery will (:func:`embedlog.view_loader.reader_view`), so it never
 sees the gap between the old segments' removal and the new one's rename.
 
 The renames and the roll-forward live in :mod:`embedlog.loader` (recovery completes them); this
