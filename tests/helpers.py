@@ -157,10 +157,10 @@ def read_committed(log: Any, part: int, topic: str = "out") -> list[bytes]:
     return out
 
 
-def descriptors_under(folder: object) -> list[str]:
+def descriptors_under(folder: str | os.PathLike[str]) -> list[str]:
     """The files under ``folder`` this process holds open (Linux ``/proc/self/fd``; a deleted
     file's name ends in `` (deleted)``)."""
-    prefix = os.path.join(os.fspath(folder), "")  # type: ignore[call-overload]
+    prefix = os.path.join(os.fspath(folder), "")
     held = []
     for fd in os.listdir("/proc/self/fd"):
         try:

@@ -75,6 +75,7 @@ def adopt(
     if swapping:
         view = reader_view(directory, settings)
     old = {s.base_offset: s for s in segments}
+    made = [s for s in view.values() if s is not None]  # (reader_view's swap segments)
     segs: list[Segment] = []
     try:
         for b, seg in view.items():
@@ -82,6 +83,7 @@ def adopt(
                 seg = old.get(b)
                 if seg is None or seg.suffix or (recheck and not seg.is_current()):
                     seg = Segment(directory, b, settings, writable=False, live=True)
+                    made.append(seg)
             segs.append(seg)
         for seg in segs[:-1]:
             if seg.live:
@@ -91,9 +93,7 @@ def adopt(
         if damage is not None:
             raise damage[1]
     except BaseException:
-        fresh = {id(s): s for s in [*segs, *view.values()]
-                 if s is not None and old.get(s.base_offset) is not s}
-        close_all(fresh.values())
+        close_all(made)
         raise
     # Segments the writer removed or replaced are dropped, not closed: a concurrent
     # iterator may still be reading them. Their descriptors leave the budget's LRU now unless
@@ -127,19 +127,17 @@ def reader_view(directory: str, settings: SegmentSettings) -> dict[int, Segment 
 def _view_of(
     directory: str, names: list[str], settings: SegmentSettings
 ) -> dict[int, Segment | None] | None:
-    view: dict[int, Segment | None] = {}
-    ranges = []
+    swaps = opened(swap_bases(names), lambda b: Segment(directory, b, settings,
+                                                        writable=False, suffix=SWAP_SUFFIX))
     try:
-        for base in swap_bases(names):
-            seg = Segment(directory, base, settings, writable=False, suffix=SWAP_SUFFIX)
-            view[base] = seg
-            if seg.size == 0 and not os.path.exists(seg.log_path):  # renamed into place
-                close_all(s for s in view.values() if s is not None)
-                return None
-            ranges.append((base, max(seg.next_offset, base + 1)))
+        if any(s.size == 0 and not os.path.exists(s.log_path) for s in swaps):
+            close_all(swaps)  # renamed into place meanwhile: list again
+            return None
+        ranges = [(s.base_offset, max(s.next_offset, s.base_offset + 1)) for s in swaps]
     except BaseException:
-        close_all(s for s in view.values() if s is not None)
+        close_all(swaps)
         raise
+    view: dict[int, Segment | None] = {s.base_offset: s for s in swaps}
     for base in segment_bases(names):
         if not any(lo <= base < hi for lo, hi in ranges):
             view[base] = None
